@@ -147,7 +147,7 @@ function draw() {
         if (lastPx[k] === px) continue;
         lastPx[k] = px; x1 = x0 + 1;
       }
-      if (comm) { g.fillRect(x0, y + ROW_H - (ph === 3 || ph === 5 ? 3 : 6), x1 - x0, 3); drawn.comm++; }
+      if (comm) { g.fillRect(x0, y + ROW_H - (ph === 3 || ph === 5 || ph === 11 ? 3 : 6), x1 - x0, 3); drawn.comm++; }
       else if (ph === 7) { g.fillRect(x0, y + 4, x1 - x0, ROW_H - 12); drawn.opt++; }
       else {
         const [by, bh] = blockY(r, PHASES[ph], lanes[i]);

@@ -39,9 +39,10 @@ export function sizeCanvas(c, cssH) {
 // ask the server for its window (at 3 ms a step, one request per step was
 // 75 a second).
 export function throttled(fn, ms) {
-  // A call while fn's promise is pending runs it once more after (never two
-  // at once: a large job's heatmap or critical path takes seconds), ms from
-  // the end of the one before.
+  // A call while the promise fn returns is pending runs it once more after
+  // (never two at once: a large job's heatmap or critical path takes
+  // seconds), ms from the end of the one before. An fn that returns no
+  // promise is done when it returns.
   let last = 0, timer = null, running = false, again = false;
   const run = async () => {
     timer = null; running = true;

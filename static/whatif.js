@@ -15,9 +15,10 @@ import { loadCritTotals } from './critpath.js';
 // two at once: a 1,024-rank job's answers take seconds each.
 const WHATIF_EVERY_MS = 10000;
 let whatif = null, whatifAt = 0, asking = false; // the latest answer; when it came; one being asked for
+let opened = 0; // which job's asks these are: an answer for a job left behind changes neither
 
 // A job opens: nothing asked yet.
-export function resetWhatif() { whatif = null; whatifAt = 0; }
+export function resetWhatif() { whatif = null; whatifAt = 0; asking = false; opened++; }
 
 // Whether a step that completed is to ask again.
 export function whatifDue() {
@@ -26,8 +27,11 @@ export function whatifDue() {
 
 // The what-if and the critical path's totals, which come at the same cadence.
 export async function loadWhatif(id) {
+  const mine = opened;
   asking = true;
-  try { await Promise.all([loadCritTotals(id), showWhatif(id)]); } finally { asking = false; whatifAt = Date.now(); }
+  try { await Promise.all([loadCritTotals(id), showWhatif(id)]); } finally {
+    if (mine === opened) { asking = false; whatifAt = Date.now(); }
+  }
 }
 
 async function showWhatif(id) {

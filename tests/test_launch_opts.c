@@ -171,6 +171,12 @@ Test(launch_opts, rendezvous_options_that_agree_are_taken) {
     char *host_only[] = {"launch", "--rdzv-endpoint", "localhost", "--master-port", "1234", "--", "true", NULL};
     cr_assert_eq(launch_parse(7, host_only, &o, NULL, NULL, &err), 0, "a host alone says no port: %s", err.msg);
     cr_assert(strcmp(o.master_addr, "localhost") == 0 && o.master_port == 1234, "%s:%d", o.master_addr, o.master_port);
+    /* under c10d torchrun takes the endpoint and ignores the other two, in any order */
+    char *c10d[] = {
+        "launch",        "--master-addr", "10.0.0.9", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:29400",
+        "--master-port", "29500",         "--",       "true",           NULL};
+    cr_assert_eq(launch_parse(11, c10d, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert(strcmp(o.master_addr, "localhost") == 0 && o.master_port == 29400, "%s:%d", o.master_addr, o.master_port);
     char *again[] = {"launch",
                      "--master-addr",
                      "10.0.0.1",

@@ -67,7 +67,7 @@ static const metric server_metrics[SRV_NUMBERS] = {
     [SRV_TRACES_WAITING] = {"pprun_trace_exports_waiting", "gauge",
                             "GET trace.json exports waiting for a worker (past them: 503 busy)."},
     [SRV_ANALYSES_RUNNING] = {"pprun_analyses_running", "gauge",
-                              "Analyses (steps, heatmap, summary, what-if, critical path, compare) running on "
+                              "Analyses (heatmap, summary, what-if, critical path, compare) running on "
                               "their workers (two at a time)."},
     [SRV_ANALYSES_WAITING] = {"pprun_analyses_waiting", "gauge", "Analyses waiting for a worker (past 64: 503 busy)."},
 };

@@ -23,7 +23,8 @@ static void route_no_such_api(route_req *q, reply *r) {
 
 #define SQL_USE "POST with {\"sql\": ...}"
 
-/* clang-format off: a table, aligned by hand */
+/* The table, aligned by hand: */
+/* clang-format off */
 static const route route_table[] = {
     /* method pattern                     handler            flags                                        use, for a 405 */
     {"GET",  "/api/jobs",                 route_jobs,        ROUTE_API | ROUTE_DB,                        NULL},
@@ -33,7 +34,7 @@ static const route route_table[] = {
     {"GET",  "/api/jobs/{id}/events",     route_events,      ROUTE_API | ROUTE_JOB,                       NULL},
     {"GET",  "/api/jobs/{id}/kernels",    route_kernels,     ROUTE_API | ROUTE_JOB,                       NULL},
     {"GET",  "/api/jobs/{id}/gaps",       route_gaps,        ROUTE_API | ROUTE_JOB,                       NULL},
-    {"GET",  "/api/jobs/{id}/steps",      route_steps,       ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL},
+    {"GET",  "/api/jobs/{id}/steps",      route_steps,       ROUTE_API | ROUTE_JOB,                       NULL},
     {"GET",  "/api/jobs/{id}/heatmap",    route_heatmap,     ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL},
     {"GET",  "/api/jobs/{id}/plan",       route_plan,        ROUTE_API | ROUTE_JOB,                       NULL},
     {"GET",  "/api/jobs/{id}/summary",    route_summary,     ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL},

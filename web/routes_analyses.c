@@ -70,7 +70,7 @@ void route_critpath(route_req *q, reply *r) {
     sqlite3 *db = q->db;
     const job_info *j = &q->job;
     long step = -1;
-    if (query_long(q->c, "step", 0, 1l << 30, &step, r) < 0) return;
+    if (query_long(q->c, "step", 0, INT32_MAX, &step, r) < 0) return;
     pp_err err;
     jw w;
     jw_init(&w);
@@ -124,7 +124,7 @@ void route_compare(route_req *q, reply *r) {
     }
     if (vs_exists(db, vs, r) != 0) return;
     /* s, o, the two what-ifs (several KB each) and the comparison: on the
-     * heap, not on an MHD thread's stack */
+     * heap, not on a worker thread's stack */
     struct {
         job_summary s, o;
         whatif_report w[2];

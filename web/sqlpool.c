@@ -1,7 +1,8 @@
-/* sqlpool.c: long reads on threads of their own: POST /api/sql and the
- * Chrome trace export (docs/api.md, "Limits"). What each runs is its
- * route's (the `then` of route_sql and route_trace, routes.h); this file
- * runs it off the HTTP threads.
+/* sqlpool.c: long reads on threads of their own: POST /api/sql, the
+ * Chrome trace export and the analyses whose cost grows with the job
+ * (docs/api.md, "Limits"). What each runs is its route's (the `then` of
+ * route_sql and route_trace, or a ROUTE_ANALYSIS_POOL route's handler,
+ * routes.h); this file runs it off the HTTP threads.
  *
  * A query may run for the whole time limit, and a long job's trace takes a
  * minute and more to write (1.4 GB for 20,000 steps: 90 s). On an MHD
@@ -103,7 +104,7 @@ static void sql_drop_gone(sql_pool *p) {
         else p->head = next;
         if (p->tail == t) p->tail = prev;
         p->queued--;
-        reply_error(&t->answer, 503, "the client closed the connection before its query ran");
+        reply_error(&t->answer, 503, "the client closed the connection before its request ran");
         MHD_resume_connection(t->c);
     }
 }

@@ -1,5 +1,5 @@
-/* sqlpool.h: long reads on threads of their own (sqlpool.c): POST /api/sql
- * and the trace export. The request's connection is suspended meanwhile,
+/* sqlpool.h: long reads on threads of their own (sqlpool.c): POST /api/sql,
+ * the trace export and the analyses. The request's connection is suspended meanwhile,
  * so no MHD thread waits. */
 #ifndef PP_WEB_SQLPOOL_H
 #define PP_WEB_SQLPOOL_H

@@ -684,15 +684,26 @@ static void bare_host(const char *h, char *out, size_t cap) {
         snprintf(out, cap, "%s", h);
 }
 
-/* --rdzv-endpoint beside --master-addr or --master-port: torchrun reads
- * the endpoint for its rendezvous and the other two for its static one,
- * so a command line with both is a mistake, and which one wins should not
- * depend on their order (the store would listen on one port and the
- * workers hear of another host). Refused when they disagree only: a
+/* --rdzv-endpoint beside --master-addr or --master-port. Under
+ * --rdzv-backend c10d torchrun reads the endpoint and ignores the other
+ * two, so the endpoint is taken, whatever their order. Otherwise torchrun
+ * reads the endpoint for its rendezvous and the other two for its static
+ * one, so a command line with both is a mistake, and which one wins should
+ * not depend on their order (the store would listen on one port and the
+ * workers hear of another host): refused when they disagree only, for a
  * script that says the same thing both ways (`--master-addr $H
  * --rdzv-endpoint $H:$P`, as torchrun templates do) means one place. */
-static int check_rendezvous(const cmdline *cl, pp_err *err) {
+static int check_rendezvous(const cmdline *cl, launch_options *o, pp_err *err) {
     if (!cl->endpoint) return 0;
+    if (cl->backend && strcmp(cl->backend, "c10d") == 0) {
+        snprintf(o->master_addr, sizeof o->master_addr, "%s", cl->endpoint_host);
+        o->addr_endpoint = cl->endpoint;
+        if (cl->endpoint_port >= 0) {
+            o->master_port = cl->endpoint_port;
+            o->port_endpoint = cl->endpoint;
+        }
+        return 0;
+    }
     char addr[256];
     if (cl->addr_opt) {
         bare_host(cl->addr_opt, addr, sizeof addr);
@@ -804,7 +815,7 @@ int launch_parse(int argc, char **argv, launch_options *o,
         int rc = parse_flag(&cl, o, err); /* -m is a flag, as torchrun's: options may follow it */
         if (rc != 0) return rc;
     }
-    if (check_rendezvous(&cl, err) != 0 || take_program(&cl, o, err) != 0) return -1;
+    if (check_rendezvous(&cl, o, err) != 0 || take_program(&cl, o, err) != 0) return -1;
     /* Slurm fills what the flags did not say; then what needs every flag. */
     if (slurm_fill(o, err) != 0 || check_master_addr(o, err) != 0 || take_token(o, err) != 0) return -1;
     if (!(o->given & LAUNCH_GIVEN_MASTER_PORT)) o->master_port = o->nnodes > 1 ? 29500 : 0;
