@@ -2322,15 +2322,15 @@ static void *get_summary(void *arg) {
 
 /* A route whose cost grows with the job (heatmap, summary, what-if,
  * critical path, compare) holds a worker of the analyses pool, not an
- * HTTP thread: with one HTTP thread, while four summaries of a job of
- * 300,000 steps are made (two at a time), /metrics is answered and counts
+ * HTTP thread: with one HTTP thread, while eight summaries of a job of
+ * 100,000 steps are made (two at a time), /metrics is answered and counts
  * them running. Before, the one thread made each and every other request
  * waited (a 1,024-rank job's critical path held one 14 s). */
 Test(web, an_analysis_holds_a_worker_not_an_http_thread, .timeout = 180) {
     pp_err err;
-    cr_assert_eq(fixture_add_history(dbpath, 3, 300000, &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_add_history(dbpath, 3, 100000, &err), 0, "%s", err.msg);
     restart_with((http_options){.threads = 1});
-    enum { N = 4 };
+    enum { N = 8 };
     slow_get g[N];
     pthread_t t[N];
     for (int i = 0; i < N; i++) {
