@@ -550,7 +550,7 @@ int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err 
 
 /* ---- Files the user names ------------------------------------------------- */
 
-int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *value, pp_err *err),
+int pp_parse_kv_list(char *s, const char *what, int (*fn)(void *ctx, const char *key, const char *value, pp_err *err),
                      void *ctx, pp_err *err) {
     enum { MAX_KEYS = 64 };
     const char *seen[MAX_KEYS];
@@ -559,7 +559,7 @@ int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *
     /* f=1,,b=1 or a ',' first or last: a typo, not an item to skip (strtok
      * skipped it); checked before the text is split, to quote it whole */
     size_t len = strlen(s);
-    if (s[0] == ',' || s[len - 1] == ',' || strstr(s, ",,")) return pp_fail(err, "empty item in '%s'", s);
+    if (s[0] == ',' || s[len - 1] == ',' || strstr(s, ",,")) return pp_fail(err, "%s: empty item in '%s'", what, s);
     for (char *item = s; item;) {
         char *comma = strchr(item, ',');
         if (comma) *comma = '\0';
@@ -570,8 +570,8 @@ int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *
             value = eq + 1;
         }
         for (int i = 0; i < nseen; i++)
-            if (strcmp(seen[i], item) == 0) return pp_fail(err, "'%s' is given twice", item);
-        if (nseen == MAX_KEYS) return pp_fail(err, "more than %d keys", MAX_KEYS);
+            if (strcmp(seen[i], item) == 0) return pp_fail(err, "%s: '%s' is given twice", what, item);
+        if (nseen == MAX_KEYS) return pp_fail(err, "%s: more than %d keys", what, MAX_KEYS);
         seen[nseen++] = item;
         if (fn(ctx, item, value, err) != 0) return -1;
         item = comma ? comma + 1 : NULL;

@@ -101,10 +101,9 @@ uint64_t pp_hash_str(const char *s);
 
 /* Splits "k1=v1,k2=v2" in place: calls fn for each pair; stops at the first
  * non-zero return. A pair without '=' gets value ""; a key given twice and
- * an empty item (",," or a ',' first or last: "empty item in 'TEXT'") are
- * errors; "" has no items. Its own messages do not know the option's name:
- * the caller adds it. */
-int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *value, pp_err *err),
+ * an empty item (",," or a ',' first or last: "WHAT: empty item in 'TEXT'")
+ * are errors, named by `what` (the option, "--model"); "" has no items. */
+int pp_parse_kv_list(char *s, const char *what, int (*fn)(void *ctx, const char *key, const char *value, pp_err *err),
                      void *ctx, pp_err *err);
 
 #endif

@@ -76,7 +76,7 @@ int model_parse_spec(const char *text, model_spec *out, pp_err *err) {
     if (colon) {
         char *copy = strdup(colon + 1);
         if (!copy) return pp_fail(err, "--model: out of memory");
-        int rc = pp_parse_kv_list(copy, fn, &sp, err);
+        int rc = pp_parse_kv_list(copy, "--model", fn, &sp, err);
         free(copy);
         if (rc != 0) return -1;
     }

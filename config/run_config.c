@@ -178,8 +178,7 @@ static int parse_fail_at(run_fail_at *f, const char *value, pp_err *err) {
     if (copy_text(buf, sizeof buf, "--fail-at", value, err) != 0) return -1;
     run_fail_at parsed = {.enabled = 1, .step = -1, .rank = -1, .phase = -1, .mb = -1};
     snprintf(parsed.text, sizeof parsed.text, "%s", buf); /* before the list is split in place */
-    if (pp_parse_kv_list(buf, fail_at_pair, &parsed, err) != 0) /* the list's own messages lack the name */
-        return err && strncmp(err->msg, "--fail-at", 9) != 0 ? pp_wrap(err, "--fail-at") : -1;
+    if (pp_parse_kv_list(buf, "--fail-at", fail_at_pair, &parsed, err) != 0) return -1;
     if (parsed.step < 0 || parsed.rank < 0)
         return pp_fail(err, "--fail-at: needs step=S and rank=R (e.g. step=1,rank=2[,phase=B,mb=3])");
     if (parsed.phase == RUN_FAIL_AT_ALLREDUCE && parsed.mb >= 0)
@@ -478,10 +477,7 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
 }
 
 int run_config_finish(run_config *cfg, pp_err *err) {
-    /* its own messages name --model; the key=value list's (an empty item, a
-     * key twice) do not */
-    if (model_parse_spec(cfg->model_text, &cfg->model, err) != 0)
-        return err && strncmp(err->msg, "--model", 7) != 0 ? pp_wrap(err, "--model") : -1;
+    if (model_parse_spec(cfg->model_text, &cfg->model, err) != 0) return -1; /* its messages name --model */
     int cuda = cfg->device == RUN_DEVICE_CUDA;
     if (cfg->dtype == RUN_DTYPE_BF16 && !cuda)
         return pp_fail(err, "--dtype bf16 needs --device cuda (the CPU backend computes in fp32)");

@@ -279,10 +279,8 @@ int sched_parse_costs_dp(const char *text, const char *what, sched_costs *out, d
     sched_costs c = *out;
     double ar = allreduce ? *allreduce : 0;
     costs_parse cp = {&c, allreduce ? &ar : NULL, what, 0, 0};
-    int rc = pp_parse_kv_list(copy, costs_set, &cp, err);
+    int rc = pp_parse_kv_list(copy, what, costs_set, &cp, err);
     free(copy);
-    /* the list's own refusals (an empty item, a key twice) do not name the option */
-    if (rc != 0 && err && strncmp(err->msg, what, strlen(what)) != 0) return pp_wrap(err, "%s", what);
     if (rc != 0) return -1;
     /* "f=2,comm=66us" would weigh 2 time units against 66000 ns */
     if (cp.with_unit && cp.without_unit)

@@ -163,7 +163,7 @@ Test(base, key_value_lists) {
     char text[] = "f=2ms,b=3ms,flag";
     char out[128] = "";
     pp_err err;
-    cr_assert_eq(pp_parse_kv_list(text, collect, out, &err), 0);
+    cr_assert_eq(pp_parse_kv_list(text, "--x", collect, out, &err), 0);
     cr_assert_str_eq(out, "f:2ms;b:3ms;flag:;");
 }
 
@@ -178,8 +178,8 @@ Test(base, a_key_given_twice_is_an_error) {
     char text[] = "layers=4,dim=8,layers=2";
     char out[128] = "";
     pp_err err;
-    cr_assert_eq(pp_parse_kv_list(text, collect, out, &err), -1);
-    cr_assert(strstr(err.msg, "layers") && strstr(err.msg, "twice"), "%s", err.msg);
+    cr_assert_eq(pp_parse_kv_list(text, "--x", collect, out, &err), -1);
+    cr_assert_str_eq(err.msg, "--x: 'layers' is given twice");
 }
 
 /* strtok skipped an empty item: f=1,,b=1 is a typo, refused quoting the
@@ -190,15 +190,15 @@ Test(base, an_empty_item_is_an_error) {
         char text[32], out[128] = "";
         snprintf(text, sizeof text, "%s", bad[i]);
         pp_err err;
-        cr_assert_eq(pp_parse_kv_list(text, collect, out, &err), -1, "'%s' accepted", bad[i]);
+        cr_assert_eq(pp_parse_kv_list(text, "--x", collect, out, &err), -1, "'%s' accepted", bad[i]);
         char want[64];
-        snprintf(want, sizeof want, "empty item in '%s'", bad[i]);
+        snprintf(want, sizeof want, "--x: empty item in '%s'", bad[i]);
         cr_assert_str_eq(err.msg, want);
         cr_assert_str_eq(out, "", "'%s': an item was taken before the refusal", bad[i]);
     }
     char empty[] = "", out[16] = "";
     pp_err err;
-    cr_assert_eq(pp_parse_kv_list(empty, collect, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(pp_parse_kv_list(empty, "--x", collect, out, &err), 0, "%s", err.msg);
     cr_assert_str_eq(out, "");
 }
 
