@@ -1,12 +1,13 @@
 // charts.js: the step charts under the timeline: loss per step (and the
 // evaluation loss of the steps an evaluation followed, --eval-every), bubble
-// ratio per step (the mean and each rank's), bubble ratio per rank for the
-// step shown, and the activations held, with the job's --max-mem bound
-// where it has one. Each series is appended as steps
+// ratio per step (the mean and each rank's; past RANKS_DRAWN ranks the
+// least and the most of them), bubble ratio per rank for the step shown,
+// and the activations held, with the job's --max-mem bound where it has one. Each series is appended as steps
 // arrive (linechart.js), so a redraw while following a job costs about the
 // same at any length.
-import { S, world, cutShort, lastStep } from './state.js';
+import { S, world, cutShort, lastStep, RANKS_DRAWN } from './state.js';
 import { $, fmtBytes, sizeCanvas } from './util.js';
+import { api } from './api.js';
 import { probe } from './probe.js';
 import { Series, lineChart, CHART_H } from './linechart.js';
 import { updateStepLabel } from './toolbar.js';
@@ -28,8 +29,8 @@ export function resetCharts() { charts = null; }
 // newest step or two, not the whole job.
 function newCharts(n) {
   const C = { world: n, key: null, anyComplete: false, loss: new Series(), evalLoss: new Series(),
-    bubbleMean: new Series(), bubble: [], actMax: new Series(), act: [], actRankPeak: new Float64Array(n) };
-  if (n <= 16) for (let r = 0; r < n; r++) { C.bubble.push(new Series()); C.act.push(new Series()); }
+    bubbleMean: new Series(), bubbleMin: new Series(), bubbleMax: new Series(), bubble: [], actMax: new Series(), act: [] };
+  if (n <= RANKS_DRAWN) for (let r = 0; r < n; r++) { C.bubble.push(new Series()); C.act.push(new Series()); }
   return C;
 }
 
@@ -40,7 +41,7 @@ function syncCharts() {
   const C = charts, from = S.stepsDirty;
   S.stepsDirty = Infinity;
   if (from >= S.steps.length) return false;
-  for (const s of [C.loss, C.evalLoss, C.bubbleMean, C.actMax, ...C.bubble, ...C.act]) s.cut(S.steps[from].step);
+  for (const s of [C.loss, C.evalLoss, C.bubbleMean, C.bubbleMin, C.bubbleMax, C.actMax, ...C.bubble, ...C.act]) s.cut(S.steps[from].step);
   probe.chartSync.read += S.steps.length - from;
   // A job cut short: the losses of the step it was cut in (no statistics
   // after whole ones) are some of its microbatches', not the step's.
@@ -52,13 +53,13 @@ function syncCharts() {
     if (st.eval_losses && st.eval_loss != null) C.evalLoss.push(st.step, st.eval_loss);
     if (st.bubble_ratio_mean != null) {
       C.bubbleMean.push(st.step, st.bubble_ratio_mean);
+      C.bubbleMin.push(st.step, st.bubble_ratio_min);
+      C.bubbleMax.push(st.step, st.bubble_ratio_max);
       C.bubble.forEach((s, r) => { if (st.bubble_ratio && st.bubble_ratio[r] != null) s.push(st.step, st.bubble_ratio[r]); });
     }
-    if (a && a.some((b) => b > 0)) {
-      C.actMax.push(st.step, a.reduce((m, b) => Math.max(m, b || 0), 0));
-      C.act.forEach((s, r) => { if (a[r] != null) s.push(st.step, a[r]); });
-      // a step's bytes only ever arrive (with its statistics): a running max holds
-      for (let r = 0; r < a.length && r < n; r++) if (a[r] > C.actRankPeak[r]) C.actRankPeak[r] = a[r];
+    if (st.act_peak_bytes_max > 0) {
+      C.actMax.push(st.step, st.act_peak_bytes_max);
+      C.act.forEach((s, r) => { if (a && a[r] != null) s.push(st.step, a[r]); });
     }
   }
   return true;
@@ -81,9 +82,11 @@ export function drawCharts() {
     probe.chartSync.draws++;
     drawLossChart(C);
     const n = world(), series = C.bubble.map((s, r) => ({ s, color: RANK_COLORS[r % 10] + '80', width: 1 }));
+    if (n > RANKS_DRAWN) series.push({ s: C.bubbleMin, color: '#999', width: 1 }, { s: C.bubbleMax, color: '#999', width: 1 });
     series.push({ s: C.bubbleMean, color: '#222', width: 2, dots: true });
     let top = 0.05;
-    if (C.bubbleMean.n) { C.bubbleMean.range(0, C.bubbleMean.n); top = Math.max(top, C.bubbleMean.y[C.bubbleMean.qhi]); }
+    const highest = n > RANKS_DRAWN ? C.bubbleMax : C.bubbleMean;
+    if (highest.n) { highest.range(0, highest.n); top = Math.max(top, highest.y[highest.qhi]); }
     lineChart($('bubble'), series, { y0: 0, ymax: Math.min(1, top * 1.2), fmt: (y) => (100 * y).toFixed(0) + '%' });
     drawActChart(C, n, bound);
   }
@@ -147,7 +150,7 @@ function actBound(C) {
   const units = ` ${n === 1 ? 'microbatch-stage' : 'microbatch-stages'} per rank`;
   const inflight = (S.plan && S.plan.peak_inflight) || [];
   let unit = 0, rank = -1;
-  inflight.forEach((k, r) => { if (k > 0 && C.actRankPeak[r] / k > unit) { unit = C.actRankPeak[r] / k; rank = r; } });
+  inflight.forEach((k, r) => { if (k > 0 && S.actRankPeak[r] / k > unit) { unit = S.actRankPeak[r] / k; rank = r; } });
   if (rank < 0) return { bytes: null, label: '', note: `--max-mem ${n}${units} (in bytes once a step is measured)` };
   return { bytes: n * unit, label: `--max-mem ${n} = ${fmtBytes(n * unit)}`,
     note: `dashed: --max-mem ${n}${units}, ${fmtBytes(n * unit)}: ${n} × the ${fmtBytes(unit)} a microbatch-stage held ` +
@@ -171,31 +174,62 @@ function drawActChart(C, n, bound) {
     return;
   }
   const series = C.act.map((s, r) => ({ s, color: RANK_COLORS[r % 10], width: 1.5 }));
-  series.push({ s: C.actMax, color: '#222', width: n <= 16 ? 0.5 : 2, dots: true });
+  series.push({ s: C.actMax, color: '#222', width: n <= RANKS_DRAWN ? 0.5 : 2, dots: true });
   const lines = bound && bound.bytes != null ? [{ y: bound.bytes, color: BOUND_COLOR, label: bound.label }] : [];
   const chart = lineChart(c, series, { y0: 0, fmt: fmtBytes, lines });
   probe.actPoints = chart.drawn;
   probe.actChart = { scale: chart.scale, bound: chart.lines[0] || null, note: $('act-note').textContent };
 }
 
+// Each rank's bubble ratio in one step, for a job whose steps keep no
+// per-rank arrays: asked for one step at a time (/steps?per_rank=1),
+// the last answer kept. null until it is here.
+let ranksOf = { job: null, step: null, ratios: null, asking: false };
+function stepRatios(st) {
+  if (st.bubble_ratio) return st.bubble_ratio;
+  const k = ranksOf;
+  if (k.job === S.job && k.step === st.step) return k.ratios;
+  if (k.asking) return null; // the step shown then is asked for when this answer is in
+  ranksOf = { job: S.job, step: st.step, ratios: null, asking: true };
+  const job = S.job;
+  api(`/api/jobs/${job}/steps?since=${st.step}&limit=1&per_rank=1`).then((r) => {
+    const got = r.steps[0];
+    if (S.job !== job) return;
+    ranksOf = { job, step: st.step, ratios: got && got.step === st.step ? got.bubble_ratio : [], asking: false };
+    drawStepBars();
+  }, () => { ranksOf.asking = false; });
+  return null;
+}
+
 // Per rank bars for the step shown, else the latest complete one; and the
-// toolbar's step label, which names the last step too.
+// toolbar's step label, which names the last step too. Past RANKS_DRAWN
+// ranks a bar each without its label, side by side.
 export function drawStepBars() {
   const shown = S.step != null && S.stepAt.get(S.step);
-  const st = (shown && shown.bubble_ratio ? shown : null) || lastStep((s) => s.bubble_ratio_mean != null);
+  const st = (shown && shown.bubble_ratio_mean != null ? shown : null) || lastStep((s) => s.bubble_ratio_mean != null);
+  const ratios = st && stepRatios(st);
   const c = $('bubble-ranks');
   const { g, w, h } = sizeCanvas(c, CHART_H);
   g.clearRect(0, 0, w, h);
   $('bubble-step-label').textContent = st ? 'step ' + st.step : 'no complete step yet';
-  if (st && st.bubble_ratio) {
-    const k = st.bubble_ratio.length, bw = Math.min(40, (w - 50) / k - 6);
+  probe.stepBars = ratios ? { step: st.step, ranks: ratios.length } : null;
+  if (ratios) {
+    const k = ratios.length, few = k <= RANKS_DRAWN, gap = few ? 6 : 0, bw = Math.min(40, (w - 50) / k - gap);
     g.font = '10px system-ui, sans-serif';
-    st.bubble_ratio.forEach((v, r) => {
-      const x = 40 + r * (bw + 6), bh = (h - 40) * (v || 0);
-      g.fillStyle = RANK_COLORS[r % 10]; g.fillRect(x, h - 20 - bh, bw, bh);
+    ratios.forEach((v, r) => {
+      const x = 40 + r * (bw + gap), bh = (h - 40) * (v || 0);
+      g.fillStyle = few ? RANK_COLORS[r % 10] : RANK_COLORS[0]; g.fillRect(x, h - 20 - bh, Math.max(bw, 0.5), bh);
+      if (!few) return;
       g.fillStyle = '#444'; g.fillText((100 * (v || 0)).toFixed(1) + '%', x, h - 24 - bh);
       g.fillText('r' + r, x + bw / 2 - 5, h - 8);
     });
+    if (!few) {
+      g.fillStyle = '#444';
+      g.fillText('r0', 40, h - 8);
+      const last = 'r' + (k - 1);
+      g.fillText(last, 40 + k * bw - g.measureText(last).width, h - 8);
+      g.fillText(`${k} ranks: least ${(100 * st.bubble_ratio_min).toFixed(1)}%, most ${(100 * st.bubble_ratio_max).toFixed(1)}%`, 40, 12);
+    }
   }
   updateStepLabel();
 }

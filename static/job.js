@@ -2,7 +2,7 @@
 // job, opening a job (its steps, plan and stream, and where its timeline
 // opens), the live stream's frames while it runs, and its end. The
 // "Chrome trace" link downloads the steps in view.
-import { S, EventStore, cutShort, mergeStep, lastStep } from './state.js';
+import { S, EventStore, cutShort, mergeStep, lastStep, world, RANKS_DRAWN, foldRankPeaks, dropRanks } from './state.js';
 import { api, headers, openStream } from './api.js';
 import { $, throttled, LIVE_REDRAW_MS } from './util.js';
 import { probe } from './probe.js';
@@ -38,7 +38,7 @@ export async function loadJobs() {
 
 export async function openJob(id) {
   if (stream) stream.abort();
-  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, stepsDirty: 0,
+  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, actRankPeak: [], stepsDirty: 0,
     spanLane: false, highlight: null });
   resetHeatmap();
   $('legend-spans').hidden = true;
@@ -53,8 +53,11 @@ export async function openJob(id) {
   await new Promise((resolve) => {
     stream = openStream(id, { hello: resolve, status: onStatus, events: onEvents, step: onStepDone, losses: onLosses });
   });
-  const [info, , plan] = await Promise.all([api(`/api/jobs/${id}`), loadSteps(id), api(`/api/jobs/${id}/plan`)]);
+  // The job's ranks, when the list knows them, say whether its steps come with per-rank arrays.
+  const listed = S.jobs.find((j) => j.id === id), perRank = !listed || listed.world_size <= RANKS_DRAWN;
+  const [info, , plan] = await Promise.all([api(`/api/jobs/${id}`), loadSteps(id, 0, perRank), api(`/api/jobs/${id}/plan`)]);
   S.info = info; S.plan = plan;
+  if (world() > RANKS_DRAWN) S.steps.forEach(dropRanks); // merged before its size was known
   R.replica = -1;
   groupBy(defaultGrouping());
   const dp = replicas().dp;
@@ -153,15 +156,17 @@ function checkTraceLink(id) {
   };
 }
 
-// The steps from since on, a page at a time (the server sends at most
-// STEPS_PAGE a call); false when another job opened meanwhile.
-const STEPS_PAGE = 100000;
-async function loadSteps(id, since = 0) {
+// The steps from since on, a page at a time (a full page has the `limit`
+// the server applied); with each rank's bubble ratio and held bytes where
+// perRank (the job's size, while it is not known: world() is 1). False when
+// another job opened meanwhile.
+async function loadSteps(id, since = 0, perRank = world() <= RANKS_DRAWN) {
   for (;;) {
-    const r = await api(`/api/jobs/${id}/steps?since=${since}&limit=${STEPS_PAGE}`);
+    const r = await api(`/api/jobs/${id}/steps?since=${since}&per_rank=${perRank ? 1 : 0}`);
     if (S.job !== id) return false;
     for (const s of r.steps) mergeStep(s);
-    if (r.steps.length < STEPS_PAGE) return true;
+    foldRankPeaks(r.act_peak_bytes_by_rank);
+    if (r.steps.length < r.limit) return true;
     since = r.steps[r.steps.length - 1].step + 1;
   }
 }

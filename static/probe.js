@@ -9,4 +9,5 @@ export const probe = window.__pprun = {
   lossChart: null, // the loss chart's y axis, the points off it, and its note
   actChart: null, // the activations chart's y axis, its --max-mem line (value, label, where) and its note
   chartSync: { read: 0, draws: 0 }, // steps read into the charts' series, and times the step charts were drawn
+  stepBars: null, // the per-rank bars drawn: { step, ranks }
 };

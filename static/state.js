@@ -20,7 +20,14 @@ export const S = {
   twoLanes: false, // ops of one rank ran at once (DualPipeV's pairs): each op on the upper or lower half of its row (lanesOf)
   spanLane: false, // a lane under each rank for the program's own spans: once the page has seen one of the job's
   actRecorded: false, // the steps record the activations held (charts.js): a W's 0 B is then worth saying
+  actRankPeak: [], // the most each rank held in any step so far (the --max-mem bound's unit: charts.js)
 };
+
+// The most ranks the step charts draw one by one (a line and a bar each).
+// Past it they draw the least, the mean and the most of the ranks, and the
+// steps keep no per-rank arrays: 5,000 steps of 1,024 ranks were 148 MB
+// (docs/dashboard.md, "At scale").
+export const RANKS_DRAWN = 16;
 
 export const KERNEL_SPANS = 400;   // kernels are fetched when at most this many gpu spans are in the window
 export const KERNEL_LIMIT = 20000; // at most this many kernels per window (the server allows 25000)
@@ -67,6 +74,8 @@ export function world() { return S.info ? S.info.job.world_size : 1; }
 // seen again is found by bisection).
 export function mergeStep(s) {
   const a = S.steps, old = S.stepAt.get(s.step);
+  if (s.act_peak_bytes) foldRankPeaks(s.act_peak_bytes);
+  if (world() > RANKS_DRAWN) dropRanks(s);
   let lo = a.length;
   if (lo && a[lo - 1].step >= s.step) {
     lo = 0;
@@ -77,6 +86,15 @@ export function mergeStep(s) {
   S.stepAt.set(s.step, s);
   a.splice(lo, 0, s);
 }
+
+// A step's or a page's most held bytes per rank (null: none) into
+// S.actRankPeak.
+export function foldRankPeaks(a) {
+  for (let r = 0; r < a.length; r++) if (a[r] != null && !(S.actRankPeak[r] >= a[r])) S.actRankPeak[r] = a[r];
+}
+
+// A step without its per-rank arrays (a job of more than RANKS_DRAWN ranks).
+export function dropRanks(s) { delete s.bubble_ratio; delete s.act_peak_bytes; }
 
 // The newest step for which pred holds.
 export function lastStep(pred) {

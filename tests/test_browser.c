@@ -1532,6 +1532,14 @@ Test(browser, a_1024_rank_job_grouped_with_its_slow_rank_hottest, .timeout = 300
     cr_assert_str_eq(cJSON_GetObjectItem(picked, "replicaShown")->valuestring, "-1", "%s", text);
     cr_assert_eq(jnum(picked, "shownStep"), jnum(hot, "step"), "%s", text);
     cr_assert(jnum(picked, "slowDrawn") > 0, "the slow rank's ops are drawn on its row: %s", text);
+    /* the steps kept without their per-rank arrays, each with the least and
+     * most of its ranks; the bars of the step shown asked for alone */
+    const cJSON *kept = cJSON_GetObjectItem(j, "stepsKept"), *bars = cJSON_GetObjectItem(j, "stepBars");
+    cr_assert_eq(jnum(kept, "n"), SCALE_STEPS, "%s", text);
+    cr_assert_eq(jnum(kept, "withRanks"), 0, "%s", text);
+    cr_assert(jnum(kept, "min") < jnum(kept, "mean") && jnum(kept, "mean") < jnum(kept, "max"), "%s", text);
+    cr_assert_eq(jnum(bars, "step"), jnum(hot, "step"), "%s", text);
+    cr_assert_eq(jnum(bars, "ranks"), SCALE_RANKS, "%s", text);
     /* a pan and a zoom with a row per rank and 100,000 events */
     const cJSON *t = cJSON_GetObjectItem(j, "redraw");
     cr_assert_eq(jnum(t, "rows"), SCALE_RANKS, "%s", text);

@@ -644,6 +644,30 @@ Test(web, steps_of_a_running_job_include_partial_steps_in_order) {
     }
 }
 
+/* With the per-rank arrays, a page holds at most 2^20 rank-steps: a job of
+ * 2,048 ranks gets 512 steps a page and says so (`limit`), so that its
+ * client asks again from there; without them, every step. */
+Test(web, steps_with_every_rank_come_in_pages_bounded_by_ranks_times_steps) {
+    exec_sql("UPDATE jobs SET world_size = 2048 WHERE id = 1;"
+             "WITH RECURSIVE s(n) AS (SELECT 3 UNION ALL SELECT n + 1 FROM s WHERE n < 699)"
+             " INSERT INTO step_stats SELECT job_id, n, rank, start_ns, end_ns, busy_ns, bubble_ns, bubble_ratio,"
+             " act_peak_bytes FROM step_stats, s WHERE step = 0 AND rank = 0;");
+    cJSON *j = get_json("/api/jobs/1/steps", 200);
+    cr_assert_eq(num(j, "limit"), 512);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "steps")), 512);
+    cr_assert_eq(
+        cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "steps"), 0), "bubble_ratio")),
+        2048);
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/steps?since=512", 200);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "steps")), 700 - 512);
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/steps?per_rank=0", 200);
+    cr_assert_eq(num(j, "limit"), 100000);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "steps")), 700);
+    cJSON_Delete(j);
+}
+
 /* A heatmap cell as a number, or -1 for null. */
 static double heat_cell(const cJSON *j, int rank, int col) {
     const cJSON *v = cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "ratio"), rank), col);
@@ -1683,7 +1707,7 @@ Test(web_live, a_step_past_its_bounds_is_left_out, .timeout = 60) {
     stream a;
     stream_open(&a, "Last-Event-ID: 588.2.2.0\r\n");
     cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
-    cr_assert(stream_wait(&a, "\"act_peak_bytes\":[0,null,0,0]}"), "%s", a.buf);
+    cr_assert(stream_wait(&a, "\"act_peak_bytes\":[0,null,0,0],\"act_peak_bytes_max\":0}"), "%s", a.buf);
     cr_assert_null(strstr(a.buf, "\"step\":1,"), "step 1's end is forged: %s", a.buf);
     cr_assert_null(strstr(a.buf, "922337203685477580"), "%s", a.buf);
     stream_close(&a);
@@ -1836,6 +1860,31 @@ static void int_array_is(const cJSON *o, const char *k, const int64_t *want, int
         if (want[i] < 0) cr_assert(cJSON_IsNull(v), "%s[%d] is null", k, i);
         else cr_assert(cJSON_IsNumber(v) && v->valuedouble == (double)want[i], "%s[%d] = %lld", k, i, (long long)want[i]);
     }
+}
+
+/* Every step says the least and the most of its ranks' bubble ratios and
+ * held bytes; per_rank=0 leaves the per-rank arrays out (a 1,024-rank
+ * job's dashboard draws from those), and the page names the most each
+ * rank held over its steps. */
+Test(web, steps_give_the_least_and_most_of_the_ranks_with_or_without_them) {
+    exec_sql("UPDATE step_stats SET act_peak_bytes = 1000 * (rank + 1);"
+             "UPDATE step_stats SET bubble_ratio = 0.5, act_peak_bytes = 9000 WHERE step = 1 AND rank = 2;"
+             "UPDATE step_stats SET bubble_ratio = 0.0625 WHERE step = 1 AND rank = 0;"
+             "UPDATE step_stats SET act_peak_bytes = 7000 WHERE step = 2 AND rank = 3;");
+    for (int per_rank = 0; per_rank <= 1; per_rank++) {
+        cJSON *j = get_json(per_rank ? "/api/jobs/1/steps?per_rank=1" : "/api/jobs/1/steps?per_rank=0", 200);
+        cr_assert_eq(num(j, "limit"), 100000);
+        cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "steps"), 1);
+        cr_assert_eq(num(st, "bubble_ratio_min"), 0.0625);
+        cr_assert_eq(num(st, "bubble_ratio_max"), 0.5);
+        cr_assert_eq(num(st, "act_peak_bytes_max"), 9000);
+        cr_assert_eq(cJSON_GetObjectItem(st, "bubble_ratio") != NULL, per_rank, "per_rank=%d", per_rank);
+        cr_assert_eq(cJSON_GetObjectItem(st, "act_peak_bytes") != NULL, per_rank, "per_rank=%d", per_rank);
+        static const int64_t most[4] = {1000, 2000, 9000, 7000};
+        int_array_is(j, "act_peak_bytes_by_rank", most, 4);
+        cJSON_Delete(j);
+    }
+    get_error("/api/jobs/1/steps?per_rank=2", 400, "per_rank");
 }
 
 /* 1F1B with p = 4, m = 8: rank r holds at most 4 - r microbatches. */
@@ -2080,7 +2129,8 @@ Test(web_live, a_step_message_has_the_activation_bytes_per_rank, .timeout = 60) 
     stream a;
     stream_open(&a, "Last-Event-ID: 588.2.2.0\r\n");
     cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
-    cr_assert(stream_wait(&a, "\"act_peak_bytes\":[262144,196608,131072,65536]}"), "%s", a.buf);
+    cr_assert(stream_wait(&a, "\"act_peak_bytes\":[262144,196608,131072,65536],\"act_peak_bytes_max\":262144}"), "%s",
+              a.buf);
     stream_close(&a);
     teardown();
 }

@@ -244,6 +244,7 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, reques
     }
     rq->q = (route_req){.s = s, .c = c, .method = method, .url = url, .body = rq->body ? rq->body : "",
                         .len = rq->len, .id = rq->id};
+    if ((rt->flags & ROUTE_QUERY) && query_copy(c, &rq->q.query, &r) != 0) return send_reply(s, c, &r);
     if (rt->flags & ROUTE_ANALYSIS_POOL) { /* all of the handler on a worker */
         rq->q.then = rt->handler;
         if (!sqlpool_submit(s->analyses, c, run_then, rq, &rq->task, &r)) return send_reply(s, c, &r);
@@ -361,6 +362,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (!rq) return;
     sqlpool_done(rq->task); /* its answer sent, or its client gone before it */
     free(rq->q.arg);
+    query_free(&rq->q.query);
     free(rq->body);
     free(rq);
     *con_cls = NULL;

@@ -40,6 +40,7 @@
  * Last-Event-ID gets exactly what came after. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,17 +310,29 @@ static void q_steps(tick *t, result *r, int64_t t0) {
         sqlite3_reset(ranks);
         sqlite3_bind_int64(ranks, 1, r->job);
         sqlite3_bind_int64(ranks, 2, step);
-        while (sqlite3_step(ranks) == SQLITE_ROW) jw_num(w, sqlite3_column_double(ranks, 0));
+        double lo = INFINITY, hi = -INFINITY;
+        while (sqlite3_step(ranks) == SQLITE_ROW) {
+            double v = sqlite3_column_double(ranks, 0);
+            jw_num(w, v);
+            lo = fmin(lo, v);
+            hi = fmax(hi, v);
+        }
         jw_arr_end(w);
+        jw_knum(w, "bubble_ratio_min", lo); /* as in /steps */
+        jw_knum(w, "bubble_ratio_max", hi);
         jw_key(w, "act_peak_bytes");
         jw_arr(w);
         sqlite3_reset(ranks); /* the same few rows again: two arrays, no buffer */
+        int64_t most = -1;
         while (sqlite3_step(ranks) == SQLITE_ROW) {
             int64_t bytes = sqlite3_column_int64(ranks, 1);
-            if (bounds_ok(&bounds_bytes, bytes)) jw_int(w, bytes);
+            int ok = bounds_ok(&bounds_bytes, bytes);
+            if (ok) jw_int(w, bytes);
             else jw_null(w);
+            if (ok && bytes > most) most = bytes;
         }
         jw_arr_end(w);
+        jw_kint_or_null(w, "act_peak_bytes_max", most);
         jw_obj_end(w);
         if (w->oom || add_msg(r, off, step) != 0) break;
         r->n1 = step;

@@ -2,12 +2,13 @@
 #include "web/query.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/pp.h"
 
 typedef struct query_seen {
-    const char *names[32];
+    const char *names[QUERY_MAX];
     size_t n;
     char bad[160];
 } query_seen;
@@ -42,13 +43,60 @@ int query_check(struct MHD_Connection *c, reply *r) {
     return -1;
 }
 
-const char *query_str(struct MHD_Connection *c, const char *name) {
-    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
-    return v && *v ? v : NULL;
+/* query_copy's two walks: the bytes the parameters need, then the copy. */
+typedef struct query_walk {
+    query_args *a;
+    size_t need, at;
+} query_walk;
+
+static char *copy_into(query_walk *w, const char *v) {
+    size_t n = strlen(v) + 1;
+    char *p = w->a->buf + w->at;
+    memcpy(p, v, n);
+    w->at += n;
+    return p;
 }
 
-int query_long(struct MHD_Connection *c, const char *name, long min, long max, long *out, reply *r) {
-    const char *v = query_str(c, name);
+static enum MHD_Result copy_one(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    query_walk *w = cls;
+    if (!key[0] && !value) return MHD_YES; /* as query_check: nothing given */
+    if (!w->a->buf) {
+        w->need += strlen(key) + 1 + (value ? strlen(value) + 1 : 0);
+        return MHD_YES;
+    }
+    if (w->a->n == QUERY_MAX) return MHD_NO; /* query_check refused more */
+    w->a->name[w->a->n] = copy_into(w, key);
+    w->a->value[w->a->n] = value ? copy_into(w, value) : NULL;
+    w->a->n++;
+    return MHD_YES;
+}
+
+int query_copy(struct MHD_Connection *c, query_args *a, reply *r) {
+    *a = (query_args){.n = 0};
+    query_walk w = {.a = a};
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, copy_one, &w);
+    if (!(a->buf = malloc(w.need ? w.need : 1))) {
+        reply_error(r, 500, "out of memory");
+        return -1;
+    }
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, copy_one, &w);
+    return 0;
+}
+
+void query_free(query_args *a) {
+    free(a->buf);
+    *a = (query_args){.n = 0};
+}
+
+const char *query_str(const query_args *a, const char *name) {
+    for (size_t i = 0; i < a->n; i++)
+        if (strcmp(a->name[i], name) == 0) return a->value[i] && a->value[i][0] ? a->value[i] : NULL;
+    return NULL;
+}
+
+int query_long(const query_args *a, const char *name, long min, long max, long *out, reply *r) {
+    const char *v = query_str(a, name);
     if (!v) return 0;
     /* Digits only: strtol would also take " 5" and "+5". */
     const char *d = v + (v[0] == '-');

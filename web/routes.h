@@ -35,7 +35,8 @@ typedef void route_fn(route_req *q, reply *r);
 /* What a handler is given. It lives as long as the request. */
 struct route_req {
     http_server *s;
-    struct MHD_Connection *c; /* for its headers and query parameters (query.h) */
+    struct MHD_Connection *c; /* for its headers (on libmicrohttpd's thread only) */
+    query_args query;         /* its query parameters, checked and copied (ROUTE_QUERY: query.h) */
     const char *method, *url;
     const char *body; /* the request's body, NUL-terminated, len bytes ("" without one) */
     size_t len;

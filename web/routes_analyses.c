@@ -70,7 +70,7 @@ void route_critpath(route_req *q, reply *r) {
     sqlite3 *db = q->db;
     const job_info *j = &q->job;
     long step = -1;
-    if (query_long(q->c, "step", 0, INT32_MAX, &step, r) < 0) return;
+    if (query_long(&q->query, "step", 0, INT32_MAX, &step, r) < 0) return;
     pp_err err;
     jw w;
     jw_init(&w);
@@ -112,7 +112,7 @@ void route_compare(route_req *q, reply *r) {
     sqlite3 *db = q->db;
     const job_info *j = &q->job;
     long vs = 0;
-    int got = query_long(q->c, "vs", 1, 0x7fffffffL, &vs, r); /* `pprun stats --vs`'s range */
+    int got = query_long(&q->query, "vs", 1, 0x7fffffffL, &vs, r); /* `pprun stats --vs`'s range */
     if (got < 0) return;
     if (got == 0) {
         reply_error(r, 400, "missing query parameter vs: the job to compare job %ld with (compare?vs=ID)", j->id);

@@ -28,7 +28,11 @@ typedef struct steps_line {
     double eval;
 } steps_line;
 
-static void steps_write(jw *w, long step, const steps_line *l, const job_info *j) {
+/* Writes one step of /steps: its per-rank arrays only where per_rank.
+ * The least and most bubble ratio and held bytes over its ranks come
+ * always, so that a client of a 1,024-rank job draws them without the
+ * ranks (docs/api.md). */
+static void steps_write(jw *w, long step, const steps_line *l, const job_info *j, int per_rank) {
     jw_obj(w);
     jw_kint(w, "step", step);
     if (l->nranks) {
@@ -48,22 +52,41 @@ static void steps_write(jw *w, long step, const steps_line *l, const job_info *j
     if (l->has_eval) jw_num(w, l->eval);
     else jw_null(w);
     jw_kint(w, "eval_losses", l->neval);
-    double sum = 0;
-    jw_key(w, "bubble_ratio");
-    jw_arr(w);
-    for (int k = 0; k < j->world; k++)
-        if (l->have[k]) jw_num(w, l->ratio[k]), sum += l->ratio[k];
-        else jw_null(w);
-    jw_arr_end(w);
+    double sum = 0, lo = INFINITY, hi = -INFINITY;
+    int64_t act_max = -1;
+    for (int k = 0; k < j->world; k++) {
+        if (!l->have[k]) continue;
+        sum += l->ratio[k];
+        lo = fmin(lo, l->ratio[k]);
+        hi = fmax(hi, l->ratio[k]);
+        if (l->act[k] > act_max) act_max = l->act[k];
+    }
+    if (per_rank) {
+        jw_key(w, "bubble_ratio");
+        jw_arr(w);
+        for (int k = 0; k < j->world; k++)
+            if (l->have[k]) jw_num(w, l->ratio[k]);
+            else jw_null(w);
+        jw_arr_end(w);
+    }
     jw_key(w, "bubble_ratio_mean");
     if (l->nranks) jw_num(w, sum / l->nranks);
     else jw_null(w);
-    jw_key(w, "act_peak_bytes");
-    jw_arr(w);
-    for (int k = 0; k < j->world; k++)
-        if (l->have[k]) jw_int(w, l->act[k]);
-        else jw_null(w);
-    jw_arr_end(w);
+    jw_key(w, "bubble_ratio_min");
+    if (l->nranks) jw_num(w, lo);
+    else jw_null(w);
+    jw_key(w, "bubble_ratio_max");
+    if (l->nranks) jw_num(w, hi);
+    else jw_null(w);
+    if (per_rank) {
+        jw_key(w, "act_peak_bytes");
+        jw_arr(w);
+        for (int k = 0; k < j->world; k++)
+            if (l->have[k]) jw_int(w, l->act[k]);
+            else jw_null(w);
+        jw_arr_end(w);
+    }
+    jw_kint_or_null(w, "act_peak_bytes_max", act_max);
     jw_key(w, "complete");
     jw_bool(w, l->nranks == j->world);
     jw_obj_end(w);
@@ -96,16 +119,26 @@ static int steps_first(sqlite3_stmt *st, int rc, const job_info *j, const char *
     return 0;
 }
 
+/* The per-rank values a page of /steps holds at most (steps x ranks, two
+ * numbers each): a 16-rank job's pages keep their 65,536 steps, a
+ * 1,024-rank job's 1,024 (about 15 MB of JSON). Without them a page is
+ * some 200 bytes a step at any number of ranks. */
+#define STEPS_MAX_RANK_STEPS (1L << 20)
+
 /* Steps with stats, and steps that only have losses so far (running), with
  * their evaluations' losses: three cursors in step order, merged here. One
  * SQL query joining them ran the loss subqueries once per rank and sorted a
  * UNION of the tables' steps (0.27 s on a 20,000-step job, against 0.07 s). */
 void route_steps(route_req *q, reply *r) {
     sqlite3 *db = q->db;
-    struct MHD_Connection *c = q->c;
     const job_info *j = &q->job;
-    long since = 0, limit = 100000;
-    if (query_long(c, "since", 0, INT32_MAX, &since, r) < 0 || query_long(c, "limit", 1, 100000, &limit, r) < 0) return;
+    long since = 0, limit = 100000, per_rank = 1;
+    if (query_long(&q->query, "since", 0, INT32_MAX, &since, r) < 0 ||
+        query_long(&q->query, "limit", 1, 100000, &limit, r) < 0 ||
+        query_long(&q->query, "per_rank", 0, 1, &per_rank, r) < 0)
+        return;
+    if (per_rank && limit > STEPS_MAX_RANK_STEPS / j->world)
+        limit = STEPS_MAX_RANK_STEPS / j->world > 0 ? STEPS_MAX_RANK_STEPS / j->world : 1;
     sqlite3_stmt *stats = routes_prep(db,
                                       "SELECT step, rank, start_ns, end_ns, bubble_ratio, act_peak_bytes FROM step_stats "
                                       "WHERE job_id=?1 AND step>=?2 ORDER BY step, rank",
@@ -124,14 +157,17 @@ void route_steps(route_req *q, reply *r) {
     steps_line l = {.ratio = calloc((size_t)j->world, sizeof *l.ratio),
                     .act = calloc((size_t)j->world, sizeof *l.act),
                     .have = calloc((size_t)j->world, 1)};
+    int64_t *rank_peak = malloc((size_t)j->world * sizeof *rank_peak); /* the page's most a rank, -1: none */
     int rs = SQLITE_DONE, rl = SQLITE_DONE, re = SQLITE_DONE;
     jw w;
     jw_init(&w);
     if (!evals) goto out;
-    if (!l.ratio || !l.act || !l.have) {
+    if (!l.ratio || !l.act || !l.have || !rank_peak) {
         reply_error(r, 500, "out of memory");
         goto out;
     }
+    for (int k = 0; k < j->world; k++)
+        rank_peak[k] = -1;
     sqlite3_bind_int64(stats, 1, j->id);
     sqlite3_bind_int64(stats, 2, since);
     sqlite3_bind_int64(losses, 1, j->id);
@@ -141,6 +177,7 @@ void route_steps(route_req *q, reply *r) {
     jw_obj(&w);
     jw_kint(&w, "job", j->id);
     jw_kint(&w, "world_size", j->world);
+    jw_kint(&w, "limit", limit);
     jw_key(&w, "steps");
     jw_arr(&w);
     rs = sqlite3_step(stats);
@@ -172,12 +209,14 @@ void route_steps(route_req *q, reply *r) {
             l.have[rank] = 1;
             l.ratio[rank] = sqlite3_column_double(stats, 4);
             l.nranks++;
+            if (l.act[rank] > rank_peak[rank]) rank_peak[rank] = l.act[rank];
         }
         rl = steps_mean(losses, rl, step, &l.has_loss, &l.loss, &l.nloss);
         re = steps_mean(evals, re, step, &l.has_eval, &l.eval, &l.neval);
-        steps_write(&w, step, &l, j);
+        steps_write(&w, step, &l, j, (int)per_rank);
     }
     jw_arr_end(&w);
+    jw_kints_or_null(&w, "act_peak_bytes_by_rank", rank_peak, j->world);
     jw_obj_end(&w);
     if ((rs != SQLITE_ROW && rs != SQLITE_DONE) || (rl != SQLITE_ROW && rl != SQLITE_DONE) ||
         (re != SQLITE_ROW && re != SQLITE_DONE))
@@ -189,6 +228,7 @@ out:
     free(l.ratio);
     free(l.act);
     free(l.have);
+    free(rank_peak);
     sqlite3_finalize(stats);
     sqlite3_finalize(losses);
     sqlite3_finalize(evals);
@@ -206,7 +246,7 @@ void route_heatmap(route_req *q, reply *r) {
     sqlite3 *db = q->db;
     const job_info *j = &q->job;
     long buckets = 200;
-    if (query_long(q->c, "buckets", 1, 1000, &buckets, r) < 0) return;
+    if (query_long(&q->query, "buckets", 1, 1000, &buckets, r) < 0) return;
     if (buckets * j->world > HEATMAP_MAX_CELLS)
         buckets = HEATMAP_MAX_CELLS / j->world > 0 ? HEATMAP_MAX_CELLS / j->world : 1;
     sqlite3_stmt *span = routes_prep(db, "SELECT min(step), max(step) FROM step_stats WHERE job_id=?1", r);
@@ -304,7 +344,7 @@ static void trace_export(route_req *q, reply *r) {
 /* GET /api/jobs/{id}/trace.json[?steps=N or FIRST-LAST]: the steps are
  * checked here, the job and the export on the trace pool. */
 void route_trace(route_req *q, reply *r) {
-    const char *steps = query_str(q->c, "steps");
+    const char *steps = query_str(&q->query, "steps");
     db_export_steps *only = NULL;
     pp_err err;
     if (steps && !(only = malloc(sizeof *only))) {

@@ -23,13 +23,13 @@
 /* The ranks=0,2,5 argument as a 0/1 mask of world entries (all ranks when
  * absent), malloc'd: the caller frees it. NULL with r filled on bad input
  * or out of memory. */
-static unsigned char *ranks_mask(struct MHD_Connection *c, const job_info *j, reply *r) {
+static unsigned char *ranks_mask(const query_args *args, const job_info *j, reply *r) {
     unsigned char *mask = malloc((size_t)j->world);
     if (!mask) {
         reply_error(r, 500, "out of memory");
         return NULL;
     }
-    const char *v = query_str(c, "ranks");
+    const char *v = query_str(args, "ranks");
     if (!v) {
         memset(mask, 1, (size_t)j->world);
         return mask;
@@ -530,20 +530,19 @@ static int64_t count_window(sqlite3 *db, const job_info *j, const unsigned char 
 
 void route_events(route_req *q, reply *r) {
     sqlite3 *db = q->db;
-    struct MHD_Connection *c = q->c;
     const job_info *j = &q->job;
     /* Rows scanned to aggregate per bucket cost ~3 us each; beyond the
      * budget the window is answered per step from step_stats. */
     const int64_t budget = q->s->o.events_scan_budget;
     long from = -1, to = -1, step = -1, limit = EVENTS_DEFAULT_LIMIT, buckets = 1000, gpu = 0;
     const long tmax = 4611686018427387903l;
-    if (query_long(c, "from", 0, tmax, &from, r) < 0 || query_long(c, "to", 0, tmax, &to, r) < 0 ||
-        query_long(c, "step", 0, INT32_MAX, &step, r) < 0 ||
-        query_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0 ||
-        query_long(c, "buckets", 1, 4000, &buckets, r) < 0 || query_long(c, "gpu", 0, 1, &gpu, r) < 0)
+    if (query_long(&q->query, "from", 0, tmax, &from, r) < 0 || query_long(&q->query, "to", 0, tmax, &to, r) < 0 ||
+        query_long(&q->query, "step", 0, INT32_MAX, &step, r) < 0 ||
+        query_long(&q->query, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0 ||
+        query_long(&q->query, "buckets", 1, 4000, &buckets, r) < 0 || query_long(&q->query, "gpu", 0, 1, &gpu, r) < 0)
         return;
     if (routes_check_run_span(db, j, r) != 0) return;
-    unsigned char *mask = ranks_mask(c, j, r);
+    unsigned char *mask = ranks_mask(&q->query, j, r);
     if (!mask) return;
     int64_t wf = 0, wt = 0;
     if (step >= 0) {
@@ -659,18 +658,17 @@ static int kernel_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ct
 
 void route_kernels(route_req *q, reply *r) {
     sqlite3 *db = q->db;
-    struct MHD_Connection *c = q->c;
     const job_info *j = &q->job;
     const long tmax = 4611686018427387903l;
     long from = 0, to = tmax, limit = KERNELS_DEFAULT_LIMIT; /* no `to`: every kernel from `from` on */
-    if (query_long(c, "from", 0, tmax, &from, r) < 0 || query_long(c, "to", 1, tmax, &to, r) < 0 ||
-        query_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0)
+    if (query_long(&q->query, "from", 0, tmax, &from, r) < 0 || query_long(&q->query, "to", 1, tmax, &to, r) < 0 ||
+        query_long(&q->query, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0)
         return;
     if (to <= from) {
         reply_error(r, 400, "bad window: to (%ld) must be greater than from (%ld)", to, from);
         return;
     }
-    unsigned char *mask = ranks_mask(c, j, r);
+    unsigned char *mask = ranks_mask(&q->query, j, r);
     if (!mask) return;
     jw w;
     jw_init(&w);
@@ -711,10 +709,11 @@ void route_kernels(route_req *q, reply *r) {
 
 void route_gaps(route_req *q, reply *r) {
     sqlite3 *db = q->db;
-    struct MHD_Connection *c = q->c;
     const job_info *j = &q->job;
     long step = -1, limit = 20000;
-    if (query_long(c, "step", 0, INT32_MAX, &step, r) < 0 || query_long(c, "limit", 1, 100000, &limit, r) < 0) return;
+    if (query_long(&q->query, "step", 0, INT32_MAX, &step, r) < 0 ||
+        query_long(&q->query, "limit", 1, 100000, &limit, r) < 0)
+        return;
     int64_t span_from, span_to;
     if (step >= 0 && step_span(db, j, step, &span_from, &span_to) != 0) {
         reply_error(r, 404, "job %ld has no step %ld (yet)", j->id, step);

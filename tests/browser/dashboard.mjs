@@ -555,6 +555,15 @@ try {
       return { rank: r, step: p.picked.step, highlight: p.state.highlight, shownStep: p.state.step,
         slowDrawn: p.drawn.F[r] + p.drawn.B[r] + p.drawn.W[r] + p.drawn.bins, rows: p.drawn.rows,
         replica: p.rows().replica, replicaShown: document.getElementById('replica').value }; });
+    // its per-rank bars: the step's 1,024 ratios, asked for that step alone
+    await page.waitForFunction(() => { const b = window.__pprun.stepBars;
+      return b && b.step === window.__pprun.state.step; }, null, { timeout: 20000 });
+    out.stepBars = await page.evaluate(() => window.__pprun.stepBars);
+    await page.locator('#bubble-ranks').screenshot({ path: shot.replace(/\.png$/, '-bars.png') });
+    await page.locator('#bubble').screenshot({ path: shot.replace(/\.png$/, '-bubble.png') });
+    out.stepsKept = await page.evaluate(() => { const S = window.__pprun.state, last = S.steps[S.steps.length - 1];
+      return { n: S.steps.length, withRanks: S.steps.filter((s) => s.bubble_ratio || s.act_peak_bytes).length,
+        min: last.bubble_ratio_min, mean: last.bubble_ratio_mean, max: last.bubble_ratio_max }; });
     await page.screenshot({ path: shot.replace(/\.png$/, '-picked.png') });
     // A row per rank and 100,000 events in view: a pan (a drag's moves)
     // and a zoom (a wheel notch), each redraw timed by the page itself; read
