@@ -9,11 +9,11 @@
  * threads); every request must be answered, or closed by libmicrohttpd
  * when its parameters outgrow the connection's memory, never left
  * waiting. The access handler, where it is reached, runs query_check,
- * then query_str and
- * query_long as the routes do, and aborts when one breaks its contract:
- * query_str never gives an empty value, query_long gives -1 (with a 400),
- * 0 or 1 with the value in its range, and a query query_check passed has
- * no name twice. Built with the fuzz build (tests/fuzz/CMakeLists.txt;
+ * then query_copy, query_str and query_long as the routes do, and aborts
+ * when one breaks its contract: the copy holds every parameter with its
+ * value, query_str never gives an empty value, query_long gives -1 (with
+ * a 400), 0 or 1 with the value in its range, and a query query_check
+ * passed has no name twice. Built with the fuzz build (tests/fuzz/CMakeLists.txt;
  * `scripts/test.sh fuzz` runs it):
  *
  *   ./build-fuzz/fuzz_query_params -max_total_time=60 CORPUS_DIR */
@@ -31,10 +31,10 @@
 
 static struct MHD_Daemon *daemon_;
 
-static void check_long(struct MHD_Connection *c, const char *name, long min, long max) {
+static void check_long(const query_args *a, const char *name, long min, long max) {
     long v = min - 1;
     reply r = {0};
-    int got = query_long(c, name, min, max, &v, &r);
+    int got = query_long(a, name, min, max, &v, &r);
     if (got == 1 && (v < min || v > max)) abort();
     if (got == 0 && v != min - 1) abort(); /* absent: left as it was */
     if (got == -1 && r.status != 400) abort();
@@ -42,19 +42,23 @@ static void check_long(struct MHD_Connection *c, const char *name, long min, lon
     reply_clear(&r);
 }
 
+/* The parameters as libmicrohttpd walks them, in order. */
+typedef struct seen {
+    const char *name[64], *value[64];
+    size_t n;
+} seen;
+
 static enum MHD_Result count_name(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
                                   const char *value, size_t value_size) {
     (void)kind;
     (void)value_size;
     if (key_size == 0 && !value) return MHD_YES; /* "?&limit=5": no parameter between the two */
-    const char **names = cls;
-    for (int i = 0; i < 64 && names[i]; i++)
-        if (strcmp(names[i], key) == 0) abort(); /* query_check let a name through twice */
-    for (int i = 0; i < 64; i++)
-        if (!names[i]) {
-            names[i] = key;
-            break;
-        }
+    seen *s = cls;
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->name[i], key) == 0) abort(); /* query_check let a name through twice */
+    if (s->n == 64) abort();                       /* query_check let more than QUERY_MAX through */
+    s->name[s->n] = key;
+    s->value[s->n++] = value;
     return MHD_YES;
 }
 
@@ -63,16 +67,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)cls, (void)url, (void)method, (void)version, (void)upload, (void)upload_size, (void)con_cls;
     reply r = {0};
     if (query_check(c, &r) == 0) {
-        const char *names[64] = {0};
-        MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, count_name, names);
+        seen in = {.n = 0};
+        MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, count_name, &in);
+        query_args a;
+        if (query_copy(c, &a, &r) != 0) abort();
+        if (a.n != in.n) abort(); /* the copy holds every parameter checked, with its value */
+        for (size_t i = 0; i < in.n; i++) {
+            if (strcmp(a.name[i], in.name[i]) != 0 || (a.value[i] == NULL) != (in.value[i] == NULL) ||
+                (a.value[i] && strcmp(a.value[i], in.value[i]) != 0))
+                abort();
+            const char *v = query_str(&a, in.name[i]);
+            if ((v == NULL) != (!in.value[i] || !in.value[i][0])) abort(); /* empty or no value: absent */
+        }
         static const char *const probe[] = {"from", "to", "limit", "step", "ranks", "vs", "since", ""};
         for (size_t i = 0; i < sizeof probe / sizeof probe[0]; i++) {
-            const char *v = query_str(c, probe[i]);
+            const char *v = query_str(&a, probe[i]);
             if (v && !*v) abort(); /* empty means absent */
         }
-        check_long(c, "limit", 1, 25000);
-        check_long(c, "from", -9000000000000000000l, 9000000000000000000l);
-        check_long(c, "step", 0, 1000000);
+        check_long(&a, "limit", 1, 25000);
+        check_long(&a, "from", -9000000000000000000l, 9000000000000000000l);
+        check_long(&a, "step", 0, 1000000);
+        query_free(&a);
     } else if (r.status != 400) {
         abort();
     }
