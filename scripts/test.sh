@@ -11,7 +11,7 @@
 # more than they compute (timeouts, restarts, daemons), so a build's test
 # executables run PPRUN_TEST_PARALLEL at a time (default: the cores, at
 # most 4), the longest first, each running its own tests one at a time;
-# the one in `alone` below runs with nothing beside it, and one of those in
+# the tests in `alone` below run first with nothing beside them, and one of those in
 # `waiting` at a time runs beside the others in a slot of its own (they
 # wait on daemons, restarts and timeouts: 14-26% of a core). Meanwhile the next
 # build compiles at the lowest priority. The fuzzers run a core each.
@@ -36,13 +36,16 @@ trap 'rm -rf "$results"' EXIT
 
 # Beside each other, the longest first (CI's order of wall time), so that
 # short ones fill the end; the others follow in name order.
-longest=(test_gpu_run_emu test_browser test_launch_multinode test_web test_attack_launch test_run test_slurm
-  test_attack_files test_gpu_stage_emu test_gpu_mps_emu test_devcomm)
-# Run with nothing beside it: its what-if test compares PyTorch's measured
-# steps with the simulator's, which another executable's load would skew
-# (0.85-1.07 measured, 0.75-1.25 allowed); its ranks keep both cores busy
-# anyway.
-alone=" test_torch "
+longest=(test_torch test_gpu_run_emu test_browser test_launch_multinode test_web test_attack_launch test_run
+  test_slurm test_attack_files test_gpu_stage_emu test_gpu_mps_emu test_devcomm)
+# The tests of an executable run first with nothing beside them (not even
+# the next build), as EXECUTABLE:FILTER (a Criterion pattern); the rest of
+# it runs in the pool. test_torch's what-if compares PyTorch's measured
+# steps with the simulator's, which any other load skews (0.85-1.07
+# measured alone, 0.75-1.25 allowed; 0.75 once in three beside a build at
+# nice 19); its other tests, 240 s of CI's release run, leave a quarter of
+# the cores idle (150% CPU).
+alone="test_torch:*what_if*"
 # Not in the sanitize build: their time goes to Python with PyTorch and to
 # Chromium, which no sanitizer instruments (libpprun_trace, which Python
 # loads, is never sanitized: CMakeLists.txt), while the pprun code they
@@ -55,15 +58,15 @@ release_only=" test_torch test_browser "
 # idle goes to the others (about 4 minutes of CI's run).
 waiting=" test_launch_multinode test_slurm test_attack_launch test_gpu_mps_emu "
 
-# One executable, its tests one at a time (integration tests start many
+# One executable (KIND PATH [NAME FILTER]: only the tests FILTER matches,
+# reported as NAME), its tests one at a time (integration tests start many
 # processes), --verbose so that skipped tests and their reasons reach the
 # log. Writes what it reports to $results/NAME.report and its counts
 # "passed failed skipped" to $results/NAME.counts.
 run_exe() {
-  local kind=$1 t=$2 name log rc line skips tested failing crashing began=$SECONDS
-  name=$(basename "$t")
+  local kind=$1 t=$2 name=${3:-$(basename "$2")} filter=${4:-} log rc line skips tested failing crashing began=$SECONDS
   log=$(dirname "$t")/$name.log
-  "$t" --jobs 1 --timeout 300 --verbose >"$log" 2>&1
+  "$t" --jobs 1 --timeout 300 --verbose ${filter:+--filter "$filter"} >"$log" 2>&1
   rc=$?
   exec >"$results/$name.report"
   # its wall time, so that a run that nears CI's limit shows what to look at
@@ -161,31 +164,35 @@ finish_build() {
 # build to come, or nothing) starts compiling, then the others beside each
 # other.
 run_tests() {
-  local kind=$1 next=$2 dir=build-test-$1 order=() t name expected=0
+  local kind=$1 next=$2 dir=build-test-$1 order=() t name expected=0 entry filter
   collected=0
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  for name in $alone "${longest[@]}"; do [ -x "$dir/$name" ] && order+=("$dir/$name"); done
+  for name in "${longest[@]}"; do [ -x "$dir/$name" ] && order+=("$dir/$name"); done
   for t in "$dir"/test_*; do
-    [ -x "$t" ] && [[ " $alone ${longest[*]} " != *" $(basename "$t") "* ]] && order+=("$t")
+    [ -x "$t" ] && [[ " ${longest[*]} " != *" $(basename "$t") "* ]] && order+=("$t")
+  done
+  for entry in $alone; do
+    name=${entry%%:*} filter=${entry#*:}
+    [ -x "$dir/$name" ] && ! { [ "$kind" = sanitize ] && [[ $release_only == *" $name "* ]]; } || continue
+    (run_exe "$kind" "$dir/$name" "$name.alone" "$filter")
+    collect "$name.alone"
+    expected=$((expected + 1))
   done
   for t in "${order[@]}"; do
-    name=$(basename "$t")
+    name=$(basename "$t") filter=
     if [ "$kind" = sanitize ] && [[ $release_only == *" $name "* ]]; then
       echo "-- $kind/$name: run by the release build only (its time is in Python or Chromium)"
       continue
-    elif [[ $alone == *" $name "* ]]; then
-      (run_exe "$kind" "$t")
-      collect "$name"
-    else
-      [ -n "$next" ] && [ -z "${build_pid[$next]:-}" ] && start_build "$next"
-      # a waiting one beside no other takes no slot: started at once
-      if [[ $waiting != *" $name "* ]] || [ "$(pool_taken)" -lt "${#running_name[@]}" ]; then
-        while [ "$(pool_taken)" -ge "$parallel" ]; do pool_wait_one; done
-      fi
-      run_exe "$kind" "$t" &
-      running_name[$!]=$name
     fi
+    for entry in $alone; do [ "${entry%%:*}" = "$name" ] && filter="!(${entry#*:})"; done
+    [ -n "$next" ] && [ -z "${build_pid[$next]:-}" ] && start_build "$next"
+    # a waiting one beside no other takes no slot: started at once
+    if [[ $waiting != *" $name "* ]] || [ "$(pool_taken)" -lt "${#running_name[@]}" ]; then
+      while [ "$(pool_taken)" -ge "$parallel" ]; do pool_wait_one; done
+    fi
+    run_exe "$kind" "$t" "$name" "$filter" &
+    running_name[$!]=$name
     expected=$((expected + 1))
   done
   while [ ${#running_name[@]} -gt 0 ]; do pool_wait_one; done

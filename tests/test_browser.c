@@ -1082,6 +1082,10 @@ Test(browser, max_mem_bound_is_drawn_on_the_activations_chart, .timeout = 240) {
     cJSON_Delete(j);
 }
 
+/* A real `pprun run --serve` job, followed live. Its 180 steps last about
+ * 45 s (sleeps, not compute): the page must open and see steps arrive
+ * while it runs, and under a heavy load (three test executables at once
+ * beside two other jobs) it once opened after the 60 steps it had. */
 Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 300) {
     require_playwright();
     char dir[PATH_MAX], shot[PATH_MAX + 64], db[256], log[256];
@@ -1093,7 +1097,7 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 300) {
     if (pid == 0) {
         FILE *f = freopen(log, "w", stderr);
         (void)f;
-        execl(PPRUN_BIN, PPRUN_BIN, "run", "--serve", "127.0.0.1:0", "--db", db, "--steps", "60", "--microbatches", "4",
+        execl(PPRUN_BIN, PPRUN_BIN, "run", "--serve", "127.0.0.1:0", "--db", db, "--steps", "180", "--microbatches", "4",
               "--model", "timed:f=15ms,b=15ms,w=15ms,act=16KiB", "--progress", "off", (char *)NULL);
         _exit(127);
     }
