@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <time.h>
@@ -425,6 +426,28 @@ void pp_sleep_ns(uint64_t ns) {
     struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
+}
+
+/* A number in a /proc/sys file, or "?". */
+static void proc_sys_number(const char *path, char *out, size_t cap) {
+    unsigned long long v;
+    FILE *f = fopen(path, "re");
+    if (f && fscanf(f, "%llu", &v) == 1) snprintf(out, cap, "%llu", v);
+    else snprintf(out, cap, "?");
+    if (f) fclose(f);
+}
+
+void pp_task_limits(char *buf, size_t cap) {
+    struct rlimit rl;
+    char nproc[32] = "unlimited", threads[32], pids[32];
+    if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        snprintf(nproc, sizeof nproc, "%llu", (unsigned long long)rl.rlim_cur);
+    proc_sys_number("/proc/sys/kernel/threads-max", threads, sizeof threads);
+    proc_sys_number("/proc/sys/kernel/pid_max", pids, sizeof pids);
+    snprintf(buf, cap,
+             "this user's (RLIMIT_NPROC, `ulimit -u`: %s%s) or the system's (kernel.threads-max %s, kernel.pid_max %s, "
+             "a cgroup's pids.max)",
+             nproc, geteuid() == 0 ? ", which root is exempt from" : "", threads, pids);
 }
 
 int pp_cpu_count(void) {

@@ -55,6 +55,11 @@ void pp_sleep_ns(uint64_t ns);
 /* The CPUs this process may run on (its affinity mask, as a cgroup cpuset
  * or taskset leaves it; else the CPUs online), at least 1. */
 int pp_cpu_count(void);
+/* The limits a fork or a pthread_create that failed with EAGAIN may have
+ * hit, with their values, into buf: "this user's (RLIMIT_NPROC, `ulimit
+ * -u`: 4096) or the system's (kernel.threads-max 192730, kernel.pid_max
+ * 32768, a cgroup's pids.max)". Threads count against all of them. */
+void pp_task_limits(char *buf, size_t cap);
 /* Deadlines on the pp_now_ns clock for "timeout_ms, negative = no limit":
  * the deadline timeout_ms from now (UINT64_MAX if timeout_ms < 0); the
  * milliseconds left until it, rounded up (-1 for UINT64_MAX, 0 once passed);

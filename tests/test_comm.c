@@ -22,7 +22,7 @@
 #include "helpers/comm_file_exchange.h"
 #include "helpers/comm_world.h"
 #include "helpers/trace_fixture.h"
-#include "runner/comm/comm_int.h"  /* comm_shm_name: which /dev/shm name to look for */
+#include "runner/comm/comm_int.h"  /* comm_shm_name: which /dev/shm name to look for; comm_shm_ring_bytes */
 
 /* Deterministic bytes for message i: the receiver can regenerate them. */
 static void fill(unsigned char *b, size_t n, uint64_t seed) {
@@ -839,4 +839,21 @@ Test(comm, tags_follow_the_documented_layout) {
     /* devcomm's cuda-ipc announcement of that message: a tag of its own */
     cr_assert_str_eq(comm_tag_str(t | COMM_DIR_DEVDATA, b, sizeof b),
                      "tag 0x30002000059 (devcomm announcement of step 3, stage 2, microbatch 5, gradient)");
+}
+
+/* A node's shm rings shrink with the pairs of its ranks (each pair could
+ * hold one): 4 MiB rings for a few ranks, 256 KiB for the 256 ranks whose
+ * 4 MiB rings (a data-parallel group of 64 talking all to all) ran a
+ * 23 GB machine out of memory; never smaller, however many. */
+Test(comm_shm, rings_shrink_with_the_ranks_of_a_node) {
+    const uint64_t gb = 1ull << 30;
+    cr_assert_eq(comm_shm_ring_bytes(2, 16 * gb), 4u << 20);
+    cr_assert_eq(comm_shm_ring_bytes(8, 16 * gb), 4u << 20);
+    cr_assert_eq(comm_shm_ring_bytes(23, 16 * gb), 4u << 20);
+    cr_assert_eq(comm_shm_ring_bytes(24, 16 * gb), 1u << 20);
+    cr_assert_eq(comm_shm_ring_bytes(45, 16 * gb), 1u << 20);
+    cr_assert_eq(comm_shm_ring_bytes(46, 16 * gb), 256u << 10);
+    cr_assert_eq(comm_shm_ring_bytes(256, 23 * gb), 256u << 10);
+    cr_assert_eq(comm_shm_ring_bytes(4096, 1 * gb), 256u << 10);
+    cr_assert_eq(comm_shm_ring_bytes(256, 2048 * gb), 4u << 20, "a machine of 2 TB keeps them");
 }

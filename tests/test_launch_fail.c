@@ -473,7 +473,14 @@ Test(launch_fail, a_process_limit_hit_while_starting_ranks_is_named_with_how_man
                   rank == started && started < 16,
               "%s", p.err);
     lt_assert_has(p.err, "fork: Resource temporarily unavailable: the limit on processes was hit: this user's "
-                         "(RLIMIT_NPROC, `ulimit -u`: 8) or the system's");
+                         "(RLIMIT_NPROC, `ulimit -u`: 8) or the system's (kernel.threads-max ");
+    char pid_max[64];
+    FILE *f = fopen("/proc/sys/kernel/pid_max", "r");
+    cr_assert(f && fscanf(f, "%63s", pid_max) == 1);
+    fclose(f);
+    char says[128];
+    snprintf(says, sizeof says, ", kernel.pid_max %s, a cgroup's pids.max)", pid_max);
+    lt_assert_has(p.err, says);
     cr_assert_str_eq(p.out, "", "a rank said something");
     /* the ranks that had started were stopped: nothing of the user is left */
     for (int i = 0; i < 1000 && processes_of(LIMITED_UID) > 0; i++)

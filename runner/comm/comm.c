@@ -61,13 +61,15 @@ int comm_start_reader(comm_peer *p, void *(*fn)(void *)) {
     if (!p->reader_started) {
         p->in_state = COMM_IN_OPEN;
         rc = pthread_create(&p->reader, NULL, fn, p);
-        if (rc == 0)
+        if (rc == 0) {
             p->reader_started = 1;
-        else
+            atomic_fetch_add(&p->c->readers, 1);
+        } else {
             p->in_state = COMM_IN_NONE;
+        }
     }
     pthread_mutex_unlock(&p->mu);
-    return rc ? -1 : 0;
+    return rc;
 }
 
 int comm_rx_begin(comm_peer *p, const comm_hdr *h, void **dst, comm_msg **msg, char *why, size_t cap) {
@@ -142,6 +144,20 @@ void comm_reader_loop(comm_peer *p, comm_read_fn rd) {
 
 /* ---- set-up: endpoint from the exchange, then the transport -------------- */
 
+/* Why peer p's reader thread could not start (pthread_create's error),
+ * into its setup_err: a rank runs a reader thread for every rank it talks
+ * to, so a data-parallel group of many ranks on one node can use up the
+ * machine's threads. */
+static void reader_failed(comm_peer *p, int rc) {
+    char limits[320] = "";
+    int readers = atomic_load(&p->c->readers);
+    if (rc == EAGAIN) pp_task_limits(limits, sizeof limits);
+    snprintf(p->setup_err, sizeof p->setup_err,
+             "comm: cannot start the reader thread for rank %d: %s%s%s (this rank runs %d already, one for each rank "
+             "it talks to)",
+             p->rank, strerror(rc), rc == EAGAIN ? ": the limit on threads was hit: " : "", limits, readers);
+}
+
 static int peer_setup(comm_peer *p, pp_err *err) {
     int s = atomic_load(&p->setup);
     if (s == 1) return 0;
@@ -182,8 +198,9 @@ static int peer_setup(comm_peer *p, pp_err *err) {
             snprintf(p->setup_err, sizeof p->setup_err, "%.1000s", e.msg);
             goto fail;
         }
-        if (comm_shm_start_reader(p) < 0) {
-            snprintf(p->setup_err, sizeof p->setup_err, "comm: cannot start the reader thread for rank %d", p->rank);
+        int rc = comm_shm_start_reader(p);
+        if (rc != 0) {
+            reader_failed(p, rc);
             goto fail;
         }
     } else {

@@ -127,6 +127,7 @@ typedef struct comm {
     pthread_t monitor;
     int monitor_started;
     _Atomic int stopping;
+    _Atomic int readers;       /* reader threads started (comm_start_reader), for messages */
     comm_peer *peers;          /* [world] */
 } comm;
 
@@ -151,6 +152,7 @@ void comm_rx_end(comm_peer *p, const char *why);
  * fills why (closed, died, stopping). */
 typedef int (*comm_read_fn)(comm_peer *p, void *dst, size_t n, char *why, size_t cap);
 void comm_reader_loop(comm_peer *p, comm_read_fn rd);
+/* Starts p's reader thread (once): 0, or pthread_create's error. */
 int comm_start_reader(comm_peer *p, void *(*fn)(void *));
 /* 0 if peer names another rank of c, else -1 with "<who>: <op>: peer rank
  * .. out of range" / ".. is this rank itself" (devcomm shares it). */
@@ -165,6 +167,14 @@ int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
 /* Name of the segment holding both rings between ranks a < b. */
 void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap);
 int comm_shm_attach(comm_peer *p, pp_err *err);
+/* The rings a pair of ranks tries first (bytes each way; smaller ones where
+ * /dev/shm is short): every pair of a node's ranks could hold one (a
+ * data-parallel group talks all to all: 64 ranks are 2,016 pairs, 16 GB in
+ * 4 MiB rings, which ran a 23 GB machine out of memory at 256 ranks on it),
+ * so they shrink until node_ranks' pairs fit in an eighth of the node's
+ * memory, to 256 KiB at the least. On 16 GB: 4 MiB up to 23 ranks a node,
+ * 1 MiB up to 45 (docs/comm.md, "Shared memory"). */
+size_t comm_shm_ring_bytes(int node_ranks, uint64_t memory);
 int comm_shm_start_reader(comm_peer *p);
 /* comm_recv's wait, p->mu held: on a shm peer whose ring nobody reads, it
  * reads the ring itself until a message is handed over; if it is empty, it

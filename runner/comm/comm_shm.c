@@ -53,6 +53,9 @@
  * is small (a container's default 64 MiB) the creator falls back to
  * smaller rings rather than fail. */
 static const size_t ring_sizes[] = {4u << 20, 1u << 20, 256u << 10};
+/* The share of a node's memory its rings may take in all, were every pair
+ * of its ranks to talk (comm_shm_ring_bytes). */
+#define SHM_MEMORY_SHARE 8
 #define SHM_SLICE_NS 500000000ull
 #define PIECE (256u << 10)           /* copied in (out) before head (tail) moves: the other side works meanwhile */
 #define SPIN_MAX_NS 50000ull         /* a receive spins only while recent waits averaged less, and cores are free */
@@ -113,6 +116,24 @@ static void nap_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+/* comm_shm_ring_bytes as an index into ring_sizes. */
+static size_t ring_index(int node_ranks, uint64_t memory) {
+    size_t n = sizeof ring_sizes / sizeof *ring_sizes, i = 0;
+    double pairs = (double)node_ranks * (double)(node_ranks - 1) / 2, budget = (double)memory / SHM_MEMORY_SHARE;
+    while (i + 1 < n && pairs * 2 * (double)ring_sizes[i] > budget) i++;
+    return i;
+}
+
+size_t comm_shm_ring_bytes(int node_ranks, uint64_t memory) { return ring_sizes[ring_index(node_ranks, memory)]; }
+
+/* ring_index of this rank's node: its ranks, and this machine's memory. */
+static size_t first_ring_index(const comm *c) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    int here = 0;
+    for (int r = 0; r < c->world; r++) here += c->node[r] == c->node[c->rank];
+    return ring_index(here, pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX);
+}
+
 int comm_shm_attach(comm_peer *p, pp_err *err) {
     comm *c = p->c;
     int lo = c->rank < p->rank ? c->rank : p->rank, hi = c->rank ^ p->rank ^ lo;
@@ -131,7 +152,7 @@ int comm_shm_attach(comm_peer *p, pp_err *err) {
         /* Reserve the pages now: a full /dev/shm is an error here (or a
          * smaller ring), not a SIGBUS later. */
         int e = 0;
-        for (size_t i = 0; i < sizeof ring_sizes / sizeof *ring_sizes; i++) {
+        for (size_t i = first_ring_index(c); i < sizeof ring_sizes / sizeof *ring_sizes; i++) {
             cap = ring_sizes[i];
             size = hdr_bytes() + 2 * cap;
             if (!(e = posix_fallocate(fd, 0, (off_t)size))) break;

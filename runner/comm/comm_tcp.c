@@ -151,7 +151,7 @@ void comm_tcp_accept(comm *c) {
             continue;
         }
         p->in_fd = fd;
-        if (comm_start_reader(p, tcp_reader_main) < 0) {
+        if (comm_start_reader(p, tcp_reader_main) != 0) {
             p->in_fd = -1;
             close(fd);
         }

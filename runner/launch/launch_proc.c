@@ -123,14 +123,9 @@ pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err) {
         if (e != EAGAIN) return pp_fail(err, "fork: %s", strerror(e));
         /* EAGAIN is a limit on processes, not a passing shortage: say
          * which ones there are, this user's first (root is exempt from it) */
-        struct rlimit rl;
-        char nproc[32] = "unlimited";
-        if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-            snprintf(nproc, sizeof nproc, "%llu", (unsigned long long)rl.rlim_cur);
-        return pp_fail(err,
-                       "fork: %s: the limit on processes was hit: this user's (RLIMIT_NPROC, `ulimit -u`: %s%s) "
-                       "or the system's (kernel.threads-max, kernel.pid_max, a cgroup's pids.max)",
-                       strerror(e), nproc, geteuid() == 0 ? ", which root is exempt from" : "");
+        char limits[320];
+        pp_task_limits(limits, sizeof limits);
+        return pp_fail(err, "fork: %s: the limit on processes was hit: %s", strerror(e), limits);
     }
     if (pid == 0) {
         setpgid(0, 0);
