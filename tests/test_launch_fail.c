@@ -489,6 +489,87 @@ Test(launch_fail, a_process_limit_hit_while_starting_ranks_is_named_with_how_man
     lt_free(&p);
 }
 
+/* A memory cgroup of its own under this process's, limited to `limit`
+ * bytes, into dir (its folder: write a pid to dir/cgroup.procs): 0, or -1
+ * with why in why. cgroup v1's memory controller, or v2's where it is on
+ * in this cgroup's subtree. */
+static int memory_cgroup_make(char *dir, size_t cap, uint64_t limit, char *why, size_t why_cap) {
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[512], path[400] = "", limit_file[64] = "";
+    const char *root = NULL;
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *p = strstr(line, ":memory:");
+        if (p) {
+            root = "/sys/fs/cgroup/memory", snprintf(limit_file, sizeof limit_file, "memory.limit_in_bytes");
+            snprintf(path, sizeof path, "%s", p + strlen(":memory:"));
+            break;
+        }
+        if (strncmp(line, "0::", 3) == 0) {
+            root = "/sys/fs/cgroup", snprintf(limit_file, sizeof limit_file, "memory.max");
+            snprintf(path, sizeof path, "%s", line + 3);
+        }
+    }
+    if (f) fclose(f);
+    if (!root) return snprintf(why, why_cap, "no memory cgroup in /proc/self/cgroup"), -1;
+    snprintf(dir, cap, "%s%s/pprun-oom-%d", root, strcmp(path, "/") == 0 ? "" : path, (int)getpid());
+    if (mkdir(dir, 0755) != 0) return snprintf(why, why_cap, "cannot make the cgroup %s: %s", dir, strerror(errno)), -1;
+    char file[600];
+    snprintf(file, sizeof file, "%s/%s", dir, limit_file);
+    FILE *l = fopen(file, "w");
+    int ok = l && fprintf(l, "%llu\n", (unsigned long long)limit) > 0;
+    if (l && fclose(l) != 0) ok = 0;
+    if (!ok) {
+        snprintf(why, why_cap, "cannot limit the cgroup's memory (%s): %s", file, strerror(errno));
+        rmdir(dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* A rank the kernel's out-of-memory killer kills (its cgroup limited to
+ * 64 MiB, the rank asking for 512 MiB) is said to be most likely that:
+ * SIGKILL alone tells a user nothing, and pprun sent none. */
+Test(launch_fail, a_rank_killed_for_memory_is_said_to_be, .timeout = 90) {
+    if (launch_oom_kills() < 0) cr_skip_test("this kernel's /proc/vmstat has no oom_kill count");
+    char cg[512], why[700];
+    if (geteuid() != 0) cr_skip_test("needs root: to make a memory cgroup");
+    if (memory_cgroup_make(cg, sizeof cg, 64u << 20, why, sizeof why) != 0) cr_skip_test("%s", why);
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--", "sh", "-c",
+                          "if [ \"$RANK\" = 1 ]; then exec python3 -c 'b = bytearray(512 << 20)'; fi; sleep 30", NULL};
+    lt_proc p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.dir, sizeof p.dir, "/tmp/pprun-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(p.dir));
+    char out[128], errf[128], procs[600];
+    snprintf(out, sizeof out, "%s/out.txt", p.dir);
+    snprintf(errf, sizeof errf, "%s/err.txt", p.dir);
+    snprintf(procs, sizeof procs, "%s/cgroup.procs", cg);
+    fflush(NULL);
+    p.pid = fork();
+    cr_assert_geq(p.pid, 0);
+    if (p.pid == 0) {
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        FILE *c = fopen(procs, "w");
+        if (!c || fprintf(c, "%d\n", (int)getpid()) < 0 || fclose(c) != 0) _exit(125);
+        lt_exec(args);
+    }
+    int ended = lt_wait_within(&p, 60);
+    if (!ended) kill(p.pid, SIGKILL), lt_wait(&p);
+    rmdir(cg);
+    cr_assert(ended, "pprun did not end: %s", p.err);
+    cr_assert_neq(p.status, 125, "could not join the cgroup %s", cg);
+    cr_assert_eq(p.status, 1, "exit %d: %s", p.status, p.err);
+    lt_assert_has(p.err, "rank      : 1 (local_rank: 1)");
+    lt_assert_has(p.err, "signal    : SIGKILL (9)");
+    /* the count is the machine's: another test's process may be killed meanwhile */
+    lt_assert_has(p.err, "cause     : the kernel's out-of-memory killer, most likely: it killed ");
+    lt_assert_has(p.err, " on this node during the attempt (oom_kill in /proc/vmstat; `dmesg` names them)");
+    lt_free(&p);
+}
+
 /* Gone: no such process, or a zombie waiting for whoever inherited it. */
 static int pid_gone(pid_t pid) {
     char path[64], buf[512];

@@ -223,6 +223,10 @@ typedef struct launch_failure {
      * summary names; "" = none. The launcher cannot tell an injected kill
      * from a real one. */
     char injected[272];
+    /* Killed by SIGKILL on this node while the kernel's out-of-memory
+     * killer killed this many processes there (launch_oom_kills, counted
+     * from the attempt's start): most likely it; 0 when none or unknown. */
+    int64_t oom_kills;
 } launch_failure;
 
 enum {
@@ -373,6 +377,10 @@ ssize_t launch_proc_file(pid_t pid, const char *name, char *buf, size_t cap);
 /* The state letter of a process, from /proc/PID/stat ('R', 'S', 'D', 'T'
  * stopped, 't' stopped by a debugger, 'Z', ...), or 0 when there is none. */
 char launch_proc_state(pid_t pid);
+/* How many processes the kernel's out-of-memory killer has killed on this
+ * machine since it booted, whatever their cgroup (/proc/vmstat's
+ * oom_kill); -1 where the kernel does not say. */
+int64_t launch_oom_kills(void);
 /* Sends sig (0: none) to every live descendant of root (its children,
  * theirs, ..., found in /proc by parent links; root itself not), and
  * returns how many there were (zombies do not count): what a helper

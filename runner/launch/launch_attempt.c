@@ -196,6 +196,7 @@ typedef struct attempt {
     int maybe_outside;
     uint64_t decide_at;
     launch_failure *failure; /* the caller's: the root cause, once a rank failed */
+    int64_t oom_kills;       /* launch_oom_kills at the start */
 } attempt;
 
 static int attempt_alloc(attempt *a) {
@@ -394,6 +395,8 @@ static void note_failure(attempt *a, int i) {
     f->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
     f->pid = a->slots[i].pid;
     f->wall_ns = pp_wall_ns();
+    int64_t oom = f->signal == SIGKILL && a->oom_kills >= 0 ? launch_oom_kills() : -1;
+    if (oom > a->oom_kills) f->oom_kills = oom - a->oom_kills;
 }
 
 /* Global rank r, which hung (hooks.blame), as the attempt's failure: the
@@ -629,7 +632,11 @@ static void drain_consoles(attempt *a) {
 }
 
 int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
-    attempt a = {.c = c, .n = c->info.nproc_per_node, .outcome = LAUNCH_ATTEMPT_OK, .failure = failure};
+    attempt a = {.c = c,
+                 .n = c->info.nproc_per_node,
+                 .outcome = LAUNCH_ATTEMPT_OK,
+                 .failure = failure,
+                 .oom_kills = launch_oom_kills()};
     launch_console_init(&c->con[0], STDOUT_FILENO, NULL);
     launch_console_init(&c->con[1], STDERR_FILENO, &c->con[0]);
     c->con[0].dropping = c->con[1].dropping = c->stop_signal != 0;

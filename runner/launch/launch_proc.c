@@ -300,6 +300,16 @@ char launch_proc_state(pid_t pid) {
     return rp && rp[1] == ' ' ? rp[2] : 0;
 }
 
+int64_t launch_oom_kills(void) {
+    char line[128];
+    long long n = -1;
+    FILE *f = fopen("/proc/vmstat", "re");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "oom_kill %lld", &n) == 1) break;
+    if (f) fclose(f);
+    return n;
+}
+
 /* ---- the guard ------------------------------------------------------------ */
 
 /* What the launcher tells the guard: one message each on a SOCK_SEQPACKET

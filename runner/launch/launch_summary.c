@@ -50,6 +50,11 @@ static void print_rank(FILE *out, const launch_failure *f, const char *when) {
         fprintf(out, "  exitcode  : %d (pid: %d)\n", f->exit_code, (int)f->pid);
     }
     if (f->injected[0]) fprintf(out, "  cause     : injected by %s (fault injection: not a bug)\n", f->injected);
+    else if (f->oom_kills > 0)
+        fprintf(out,
+                "  cause     : the kernel's out-of-memory killer, most likely: it killed %lld process%s on this node "
+                "during the attempt (oom_kill in /proc/vmstat; `dmesg` names them)\n",
+                (long long)f->oom_kills, f->oom_kills == 1 ? "" : "es");
     else if (!f->hung && launch_is_stop_signal(f->signal))
         fprintf(out, "  cause     : %s, which pprun had not sent, while its launcher (node rank %d) got no stop "
                      "signal in its teardown: the rank's own (a trap's kill, an uncaught KeyboardInterrupt) or a kill "
