@@ -428,6 +428,33 @@ void pp_sleep_ns(uint64_t ns) {
     }
 }
 
+int pp_parse_ranks(const char *s, int world, const char *what, unsigned char *mask, pp_err *err) {
+    if (mask) memset(mask, 0, (size_t)world);
+    const char *p = s;
+    for (;;) {
+        long lo, hi;
+        size_t n = strspn(p, "0123456789");
+        if (n == 0 || n > 10) break;
+        lo = hi = strtol(p, NULL, 10);
+        p += n;
+        if (*p == '-') {
+            size_t m = strspn(p + 1, "0123456789");
+            if (m == 0 || m > 10) break;
+            hi = strtol(p + 1, NULL, 10);
+            p += 1 + m;
+        }
+        if (*p && *p != ',') break;
+        if (hi < lo) return pp_fail(err, "%s '%s': in %ld-%ld the last rank comes before the first", what, s, lo, hi);
+        if (hi >= world)
+            return pp_fail(err, "%s '%s': rank %ld is past the last, %d", what, s, hi, world - 1);
+        for (long r = lo; mask && r <= hi; r++) mask[r] = 1;
+        if (!*p) return 0;
+        p++;
+    }
+    return pp_fail(err, "%s '%s' is not a list of ranks: give N or FIRST-LAST, separated by commas (e.g. 0-7,512)",
+                   what, s);
+}
+
 /* A number in a /proc/sys file, or "?". */
 static void proc_sys_number(const char *path, char *out, size_t cap) {
     unsigned long long v;

@@ -99,6 +99,12 @@ void pp_format_size(uint64_t n, char *buf, size_t cap);
 /* "2ms", "500us", "1.5s", "100ns" -> nanoseconds. A bare number is ms. */
 int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err *err);
 
+/* "0-7,512": ranks as N or FIRST-LAST (FIRST <= LAST) separated by
+ * commas, plain decimal, none past world - 1 (which the message names),
+ * into mask (world entries, set to 1 for each rank listed and 0 else; NULL:
+ * only checked). `what` names the option in the message ("--ranks"). */
+int pp_parse_ranks(const char *s, int world, const char *what, unsigned char *mask, pp_err *err);
+
 /* FNV-1a, 64 bits: hash tables, names derived from keys, ETags.  Not for
  * anything an adversary chooses to collide. */
 uint64_t pp_hash(const void *p, size_t n);

@@ -212,7 +212,9 @@ static int64_t flow_of(const char *phase, int rank, int has_peer, int peer, int 
 
 /* One op of a step's critical path, as the export marks it. */
 typedef struct path_mark {
-    int64_t id, next_id; /* events.id of the op and of the next op on the path (-1: the path's last) */
+    int64_t id, next_id; /* events.id of the op and of the next op on the path (-1: the path's last, or
+                          * an op of a rank not exported) */
+    int from_prev;       /* a flow comes into it: the path's op before it is exported */
     int via;             /* critpath_via */
     int64_t lead_ns;     /* the wait before it on the path */
 } path_mark;
@@ -220,39 +222,6 @@ typedef struct path_mark {
 static int by_mark_id(const void *a, const void *b) {
     int64_t x = ((const path_mark *)a)->id, y = ((const path_mark *)b)->id;
     return (x > y) - (x < y);
-}
-
-/* The ops on the critical path of every complete step (of steps), sorted by event id
- * (*marks malloc'd, the caller frees it after either result). */
-static int read_paths(sqlite3 *db, int64_t job, const db_export_steps *steps, path_mark **marks, size_t *n,
-                      pp_err *err) {
-    *marks = NULL;
-    *n = 0;
-    sqlite3_stmt *st;
-    char f[96];
-    if (prepare_in(db, "SELECT step FROM (" SQL_COMPLETE_STEPS("%s") ") ORDER BY step",
-                   step_filter(f, sizeof f, "step", steps), job, &st) != SQLITE_OK)
-        return sql_fail(db, "reading steps", err);
-    size_t cap = 0;
-    int rc, ret = 0;
-    while (ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        critpath_path p;
-        ret = critpath_step(db, job, sqlite3_column_int(st, 0), &p, err);
-        if (ret == 0 && *n + p.n > cap) {
-            cap = 2 * cap > *n + p.n ? 2 * cap : *n + p.n;
-            path_mark *m = realloc(*marks, cap * sizeof *m);
-            if (m) *marks = m;
-            else ret = pp_fail(err, "out of memory while exporting");
-        }
-        for (size_t i = 0; ret == 0 && i < p.n; i++)
-            (*marks)[(*n)++] = (path_mark){p.ops[i].op.id, i + 1 < p.n ? p.ops[i + 1].op.id : -1, p.ops[i].via,
-                                           p.ops[i].lead_ns};
-        critpath_free(&p);
-    }
-    if (ret == 0 && rc != SQLITE_DONE) ret = sql_fail(db, "reading steps", err);
-    sqlite3_finalize(st);
-    if (ret == 0 && *n) qsort(*marks, *n, sizeof **marks, by_mark_id);
-    return ret;
 }
 
 /* A flow of the critical path, from (s) or into (f) the op being written,
@@ -288,6 +257,9 @@ typedef struct chrome_export {
     sqlite3 *db;
     int64_t job;
     const db_export_steps *steps; /* NULL: every step */
+    const char *only_ranks;       /* the ranks listed (pp_parse_ranks), NULL: every rank */
+    unsigned char *mask;          /* owned: world entries, 1 for a rank exported; NULL: every rank */
+    int world;
     FILE *out;
     const char *sep;
     int64_t t0;        /* the job's, subtracted from every timestamp */
@@ -300,6 +272,74 @@ typedef struct chrome_export {
     path_mark *marks; /* owned; sorted by event id */
     size_t nmarks;
 } chrome_export;
+
+/* A query's filter of x's steps (step_col) and ranks (rank_col, NULL:
+ * any), each " AND ...", or " " for every step and every rank: the
+ * caller sqlite3_frees it; NULL when out of memory. A rank list is runs
+ * of consecutive ranks ("rank BETWEEN 0 AND 7 OR rank BETWEEN 512 AND
+ * 512"): an index range each. */
+static char *filter_of(const chrome_export *x, const char *step_col, const char *rank_col) {
+    char f[96];
+    sqlite3_str *q = sqlite3_str_new(NULL);
+    sqlite3_str_appendall(q, " "); /* never empty: sqlite3_str_finish gives NULL for "" */
+    sqlite3_str_appendall(q, step_col ? step_filter(f, sizeof f, step_col, x->steps) : "");
+    for (int r = 0, first = 1; x->mask && rank_col && r < x->world; r++) {
+        if (!x->mask[r] || (r > 0 && x->mask[r - 1])) continue;
+        int last = r;
+        while (last + 1 < x->world && x->mask[last + 1]) last++;
+        sqlite3_str_appendf(q, "%s%s BETWEEN %d AND %d", first ? " AND (" : " OR ", rank_col, r, last);
+        first = 0;
+    }
+    if (x->mask && rank_col) sqlite3_str_appendall(q, ")");
+    return sqlite3_str_finish(q);
+}
+
+/* Whether rank is one of those exported. */
+static int exported(const chrome_export *x, int rank) {
+    return !x->mask || (rank >= 0 && rank < x->world && x->mask[rank]);
+}
+
+/* The ops on the critical path of every complete step (of steps), sorted by event id
+ * (*marks malloc'd, the caller frees it after either result). */
+static int read_paths(chrome_export *x, pp_err *err) {
+    sqlite3 *db = x->db;
+    int64_t job = x->job;
+    path_mark **marks = &x->marks;
+    size_t *n = &x->nmarks;
+    *marks = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    char f[96];
+    if (prepare_in(db, "SELECT step FROM (" SQL_COMPLETE_STEPS("%s") ") ORDER BY step",
+                   step_filter(f, sizeof f, "step", x->steps), job, &st) != SQLITE_OK)
+        return sql_fail(db, "reading steps", err);
+    size_t cap = 0;
+    int rc, ret = 0;
+    while (ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        critpath_path p;
+        ret = critpath_step(db, job, sqlite3_column_int(st, 0), &p, err);
+        if (ret == 0 && *n + p.n > cap) {
+            cap = 2 * cap > *n + p.n ? 2 * cap : *n + p.n;
+            path_mark *m = realloc(*marks, cap * sizeof *m);
+            if (m) *marks = m;
+            else ret = pp_fail(err, "out of memory while exporting");
+        }
+        /* with ranks, the ops of those, their flows only into ops of those */
+        for (size_t i = 0; ret == 0 && i < p.n; i++)
+            if (exported(x, p.ops[i].op.rank))
+                (*marks)[(*n)++] = (path_mark){
+                    .id = p.ops[i].op.id,
+                    .next_id = i + 1 < p.n && exported(x, p.ops[i + 1].op.rank) ? p.ops[i + 1].op.id : -1,
+                    .from_prev = i > 0 && p.ops[i].via != CRITPATH_FIRST && exported(x, p.ops[i - 1].op.rank),
+                    .via = p.ops[i].via,
+                    .lead_ns = p.ops[i].lead_ns};
+        critpath_free(&p);
+    }
+    if (ret == 0 && rc != SQLITE_DONE) ret = sql_fail(db, "reading steps", err);
+    sqlite3_finalize(st);
+    if (ret == 0 && *n) qsort(*marks, *n, sizeof **marks, by_mark_id);
+    return ret;
+}
 
 /* Starts the next element of the traceEvents array. */
 static void next_event(chrome_export *x) {
@@ -365,12 +405,16 @@ static int export_kernels(chrome_export *x, pp_err *err) {
         snprintf(f, sizeof f,
                  " AND (e.id IS NULL AND k.end_ns > %lld AND k.start_ns < %lld OR e.step BETWEEN %d AND %d)",
                  (long long)x->window[0], (long long)x->window[1], x->steps->first, x->steps->last);
-    if (prepare_in(x->db,
-                   "SELECT k.rank, k.stream, k.name, k.start_ns, k.end_ns, e.phase, e.microbatch, e.stage,"
-                   " e.peer, e.step FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
-                   " WHERE k.job_id=?1%s ORDER BY k.rank, k.stream, k.start_ns, k.end_ns DESC",
-                   f, x->job, &st) != SQLITE_OK)
-        return sql_fail(x->db, "reading kernels", err);
+    char *ranks = filter_of(x, NULL, "k.rank"), *where = ranks ? sqlite3_mprintf("%s%s", f, ranks) : NULL;
+    int prc = where ? prepare_in(x->db,
+                                 "SELECT k.rank, k.stream, k.name, k.start_ns, k.end_ns, e.phase, e.microbatch, e.stage,"
+                                 " e.peer, e.step FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
+                                 " WHERE k.job_id=?1%s ORDER BY k.rank, k.stream, k.start_ns, k.end_ns DESC",
+                                 where, x->job, &st)
+                    : SQLITE_NOMEM;
+    sqlite3_free(ranks);
+    sqlite3_free(where);
+    if (prc != SQLITE_OK) return sql_fail(x->db, "reading kernels", err);
     stream_track *cur = NULL;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -396,12 +440,17 @@ static int export_kernels(chrome_export *x, pp_err *err) {
 
 /* The time span of steps' events in window; 1 (err names the steps the job
  * has) when there is none. */
-static int steps_window(sqlite3 *db, int64_t job, const db_export_steps *steps, int64_t window[2], pp_err *err) {
-    sqlite3_stmt *st;
-    char f[96];
-    if (prepare_in(db, "SELECT min(start_ns), max(end_ns), count(*) FROM events WHERE job_id=?1%s",
-                   step_filter(f, sizeof f, "step", steps), job, &st) != SQLITE_OK ||
-        sqlite3_step(st) != SQLITE_ROW) {
+static int steps_window(chrome_export *x, pp_err *err) {
+    sqlite3 *db = x->db;
+    int64_t job = x->job, *window = x->window;
+    const db_export_steps *steps = x->steps;
+    sqlite3_stmt *st = NULL;
+    char *where = filter_of(x, "step", "rank");
+    int prc = where ? prepare_in(db, "SELECT min(start_ns), max(end_ns), count(*) FROM events WHERE job_id=?1%s",
+                                 where, job, &st)
+                    : SQLITE_NOMEM;
+    sqlite3_free(where);
+    if (prc != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
         sqlite3_finalize(st);
         return sql_fail(db, "reading events", err);
     }
@@ -420,8 +469,9 @@ static int steps_window(sqlite3 *db, int64_t job, const db_export_steps *steps, 
     if (sqlite3_column_type(st, 0) == SQLITE_NULL)
         pp_fail(err, "job %lld has no traced step yet", (long long)job);
     else
-        pp_fail(err, "job %lld has no traced step in %d%s: its steps are %d-%d", (long long)job, steps->first, range,
-                sqlite3_column_int(st, 0), sqlite3_column_int(st, 1));
+        pp_fail(err, "job %lld has no traced step in %d%s%s%s: its steps are %d-%d", (long long)job, steps->first,
+                range, x->only_ranks ? " of ranks " : "", x->only_ranks ? x->only_ranks : "", sqlite3_column_int(st, 0),
+                sqlite3_column_int(st, 1));
     sqlite3_finalize(st);
     return 1;
 }
@@ -439,11 +489,6 @@ static int write_header(chrome_export *x, pp_err *err) {
         sqlite3_finalize(st);
         return pp_fail(err, "%s: no job %lld in this database", sqlite3_db_filename(x->db, "main"), (long long)x->job);
     }
-    int found = x->steps ? steps_window(x->db, x->job, x->steps, x->window, err) : 0;
-    if (found != 0) {
-        sqlite3_finalize(st);
-        return found;
-    }
     /* The world size is what makes a step complete (SQL_COMPLETE_STEPS):
      * past its bound no step would be, and the critical paths would be
      * left out without a word. Refused, as every reader refuses it. */
@@ -453,11 +498,23 @@ static int write_header(chrome_export *x, pp_err *err) {
         sqlite3_finalize(st);
         return -1;
     }
+    x->world = (int)world;
+    if (x->only_ranks && !(x->mask = malloc((size_t)world))) {
+        sqlite3_finalize(st);
+        return pp_fail(err, "out of memory while exporting");
+    }
+    int found = x->only_ranks && pp_parse_ranks(x->only_ranks, x->world, "ranks", x->mask, err) != 0 ? 1 : 0;
+    if (found == 0 && x->steps) found = steps_window(x, err);
+    if (found != 0) {
+        sqlite3_finalize(st);
+        return found;
+    }
     fprintf(x->out, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"job\":%lld,\"name\":", (long long)x->job);
     json_str(x->out, (const char *)sqlite3_column_text(st, 1));
     fprintf(x->out, ",\"schedule\":");
     json_str(x->out, (const char *)sqlite3_column_text(st, 2));
     if (x->steps) fprintf(x->out, ",\"first_step\":%d,\"last_step\":%d", x->steps->first, x->steps->last);
+    if (x->only_ranks) fprintf(x->out, ",\"ranks\":\"%s\"", x->only_ranks); /* digits, '-', ',' (pp_parse_ranks) */
     fprintf(x->out, "},\n\"traceEvents\":[\n");
     sqlite3_finalize(st);
     return 0;
@@ -505,6 +562,10 @@ static int read_ranks(chrome_export *x, pp_err *err) {
             bounds_col(st, 1, &bounds_node, x->job, "ranks.node", &node, err) != 0) {
             ret = -1;
             break;
+        }
+        if (!exported(x, (int)rank)) {
+            x->nranks--;
+            continue;
         }
         r->rank = (int)rank;
         r->node = (int)node;
@@ -608,8 +669,9 @@ static void put_op(chrome_export *x, const op_row *o, int pid, int tid, const pa
  * ended before it drew the arrow backwards, which Perfetto drops) or its
  * last ns (RECV: the data is there when it ends). */
 static void put_transfer_flow(chrome_export *x, const op_row *o, int pid, int tid) {
-    int64_t flow = o->gpu ? -1
-                          : flow_of(o->phase, o->rank, o->has_peer, o->peer, o->has_mb, o->mb, o->has_stage, o->stage,
+    int64_t flow = o->gpu || !o->has_peer || !exported(x, o->peer)
+                       ? -1 /* with ranks, a transfer of two of them */
+                       : flow_of(o->phase, o->rank, o->has_peer, o->peer, o->has_mb, o->mb, o->has_stage, o->stage,
                                     o->step, o->attempt);
     if (flow < 0) return;
     int64_t s = o->start, e = o->end;
@@ -635,7 +697,7 @@ static void write_op(chrome_export *x, const op_row *o, rank_info *r) {
     int tid = lane_tid(o->rank, lane_for(r, kind_of(o), o->start, o->end));
     const path_mark *mark = o->gpu ? NULL : find_mark(x, o->id);
     put_op(x, o, r->node, tid, mark);
-    if (mark && mark->via != CRITPATH_FIRST) put_path_flow(x->out, 1, o->id, r->node, tid, o->start, o->end, x->t0);
+    if (mark && mark->from_prev) put_path_flow(x->out, 1, o->id, r->node, tid, o->start, o->end, x->t0);
     if (mark && mark->next_id >= 0)
         put_path_flow(x->out, 0, mark->next_id, r->node, tid, o->start, o->end, x->t0);
     if (x->held && kind_of(o) == KIND_COMPUTE && strcmp(o->phase, "OPT") != 0) {
@@ -649,12 +711,14 @@ static void write_op(chrome_export *x, const op_row *o, rank_info *r) {
 /* Every traced span of steps, by rank and start (an enclosing span first). */
 static int write_ops(chrome_export *x, pp_err *err) {
     sqlite3_stmt *st;
-    char f[96];
-    if (prepare_in(x->db,
-                   "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt,"
-                   " source, id, name FROM events WHERE job_id=?1%s ORDER BY rank, start_ns, end_ns DESC",
-                   step_filter(f, sizeof f, "step", x->steps), x->job, &st) != SQLITE_OK)
-        return sql_fail(x->db, "reading events", err);
+    char *where = filter_of(x, "step", "rank");
+    int prc = where ? prepare_in(x->db,
+                                 "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt,"
+                                 " source, id, name FROM events WHERE job_id=?1%s ORDER BY rank, start_ns, end_ns DESC",
+                                 where, x->job, &st)
+                    : SQLITE_NOMEM;
+    sqlite3_free(where);
+    if (prc != SQLITE_OK) return sql_fail(x->db, "reading events", err);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (bounds_event_row(st, &op_cols, x->job, err) != 0) {
@@ -663,7 +727,7 @@ static int write_ops(chrome_export *x, pp_err *err) {
         }
         op_row o = read_op(st);
         rank_info *r = find_rank(x->ranks, x->nranks, o.rank);
-        if (r) write_op(x, &o, r); /* never NULL: every event rank is listed */
+        if (r) write_op(x, &o, r); /* never NULL: every event rank exported is listed */
     }
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : sql_fail(x->db, "reading events", err);
@@ -752,13 +816,15 @@ static int write_losses(chrome_export *x, const char *table, const char *counter
 /* Each step's bubble ratio per rank, one counter track per rank on its node. */
 static int write_bubbles(chrome_export *x, pp_err *err) {
     sqlite3_stmt *st;
-    char f[96];
-    if (prepare_in(x->db,
-                   "SELECT s.step, s.rank, s.start_ns, s.bubble_ratio, coalesce(r.node,0) FROM step_stats s"
-                   " LEFT JOIN ranks r ON r.job_id=s.job_id AND r.rank=s.rank"
-                   " WHERE s.job_id=?1%s ORDER BY s.rank, s.step",
-                   step_filter(f, sizeof f, "s.step", x->steps), x->job, &st) != SQLITE_OK)
-        return sql_fail(x->db, "reading step_stats", err);
+    char *where = filter_of(x, "s.step", "s.rank");
+    int prc = where ? prepare_in(x->db,
+                                 "SELECT s.step, s.rank, s.start_ns, s.bubble_ratio, coalesce(r.node,0) FROM step_stats s"
+                                 " LEFT JOIN ranks r ON r.job_id=s.job_id AND r.rank=s.rank"
+                                 " WHERE s.job_id=?1%s ORDER BY s.rank, s.step",
+                                 where, x->job, &st)
+                    : SQLITE_NOMEM;
+    sqlite3_free(where);
+    if (prc != SQLITE_OK) return sql_fail(x->db, "reading step_stats", err);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t start = 0;
@@ -790,7 +856,7 @@ static int write_end(chrome_export *x, pp_err *err) {
  * for the lanes the spans and kernels used, counters. */
 static int write_body(chrome_export *x, pp_err *err) {
     if (read_ranks(x, err) != 0 || read_held(x, err) != 0 ||
-        read_paths(x->db, x->job, x->steps, &x->marks, &x->nmarks, err) != 0 || write_ops(x, err) != 0 ||
+        read_paths(x, err) != 0 || write_ops(x, err) != 0 ||
         export_kernels(x, err) != 0)
         return -1;
     write_rank_threads(x);
@@ -801,11 +867,12 @@ static int write_body(chrome_export *x, pp_err *err) {
     return write_end(x, err);
 }
 
-int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FILE *out, pp_err *err) {
-    chrome_export x = {.db = db, .job = job, .steps = steps, .out = out, .sep = ""};
-    int found = write_header(&x, err);
-    if (found != 0) return found;
-    int ret = write_body(&x, err);
+int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, const char *ranks, FILE *out,
+                     pp_err *err) {
+    chrome_export x = {.db = db, .job = job, .steps = steps, .only_ranks = ranks, .out = out, .sep = ""};
+    int ret = write_header(&x, err);
+    if (ret == 0) ret = write_body(&x, err);
+    free(x.mask);
     free(x.ranks);
     free(x.tracks);
     free(x.marks);

@@ -52,7 +52,7 @@ static cJSON *exported(sqlite3 *s, int64_t job) {
     pp_err err;
     FILE *out = open_memstream(&text, &len);
     cr_assert_not_null(out);
-    cr_assert_eq(db_export_chrome(s, job, NULL, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_export_chrome(s, job, NULL, NULL, out, &err), 0, "%s", err.msg);
     fclose(out);
     cJSON *root = cJSON_Parse(text);
     cr_assert_not_null(root, "the export is valid JSON: %.300s", text);
@@ -796,6 +796,81 @@ Test(db_export, steps_exports_only_those_steps, .timeout = 60) {
         cr_assert(strstr(m, bad[i].says), "--steps %s: %s", bad[i].steps, m);
         free(m);
         cr_assert_neq(access(json, F_OK), 0, "--steps %s left %s behind", bad[i].steps, json);
+    }
+    fixture_remove(path);
+}
+
+/* --ranks 1-2 (with --steps 1): those ranks' ops, bubble ratios and
+ * critical-path marks only, each flow into an op that is exported, every
+ * loss; their threads alone named. Then ranks the job does not have and bad
+ * lists: exit 2, no file. */
+Test(db_export, ranks_exports_only_those_ranks, .timeout = 60) {
+    char path[256], json[300], cmd[1024];
+    fixture_fresh(path, sizeof path, "export-ranks", 3, "succeeded");
+    snprintf(json, sizeof json, "%s.json", path);
+    snprintf(cmd, sizeof cmd, "--db %s --steps 1 --ranks 1-2 --out %s", path, json);
+    cr_assert_eq(run(cmd, tfix_path("err.txt")), 0, "%s", slurp(tfix_path("err.txt")));
+    cJSON *root = read_json(json), *e;
+    cJSON *other = cJSON_GetObjectItem(root, "otherData"), *evs = cJSON_GetObjectItem(root, "traceEvents");
+    cr_assert_str_eq(cJSON_GetObjectItem(other, "ranks")->valuestring, "1-2");
+    sqlite3 *db;
+    pp_err err;
+    cr_assert_eq(db_open_readonly(path, &db, &err), 0, "%s", err.msg);
+    int want_x = count_rows(db, "SELECT count(*) FROM events WHERE job_id=1 AND step=1 AND rank IN (1,2)");
+    int want_loss = count_rows(db, "SELECT count(*) FROM losses WHERE job_id=1 AND step=1");
+    int want_bubble = count_rows(db, "SELECT count(*) FROM step_stats WHERE job_id=1 AND step=1 AND rank IN (1,2)");
+    critpath_path p;
+    cr_assert_eq(critpath_step(db, 1, 1, &p, &err), 0, "%s", err.msg);
+    size_t on_path = 0;
+    for (size_t i = 0; i < p.n; i++) on_path += p.ops[i].op.rank == 1 || p.ops[i].op.rank == 2;
+    critpath_free(&p);
+    cr_assert_gt(on_path, 0, "ranks 1 and 2 are on step 1's path");
+    int x = 0, loss = 0, bubble = 0, marked = 0, flows_out = 0, flows_in = 0;
+    cJSON_ArrayForEach(e, evs) {
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring, *name = cJSON_GetObjectItem(e, "name")->valuestring;
+        cJSON *a = cJSON_GetObjectItem(e, "args");
+        if (*ph == 'X') {
+            cJSON *t = find_meta(evs, "thread_name", cJSON_GetObjectItem(e, "pid")->valueint,
+                                 cJSON_GetObjectItem(e, "tid")->valueint);
+            const char *thread = t ? cJSON_GetObjectItem(cJSON_GetObjectItem(t, "args"), "name")->valuestring : "?";
+            cr_assert(strncmp(thread, "rank 1", 6) == 0 || strncmp(thread, "rank 2", 6) == 0, "%s on %s exported",
+                      name, thread);
+            x++;
+            marked += cJSON_GetObjectItem(a, "critical_path") != NULL;
+        }
+        if (*ph == 'M' && strcmp(name, "thread_name") == 0) {
+            const char *t = cJSON_GetObjectItem(a, "name")->valuestring;
+            cr_assert(strncmp(t, "rank 1", 6) == 0 || strncmp(t, "rank 2", 6) == 0, "thread %s named", t);
+        }
+        if (is_cat(e, "critical_path")) flows_out += *ph == 's', flows_in += *ph == 'f';
+        loss += *ph == 'C' && strcmp(name, "loss") == 0;
+        bubble += *ph == 'C' && strncmp(name, "bubble ratio", 12) == 0;
+    }
+    cr_assert_eq(x, want_x);
+    cr_assert_eq(loss, want_loss, "every loss, whichever rank computed it");
+    cr_assert_eq(bubble, want_bubble);
+    cr_assert_eq((size_t)marked, on_path, "the path's ops of ranks 1 and 2");
+    cr_assert_eq(flows_out, flows_in, "no flow into an op that is not exported");
+    sqlite3_close(db);
+    cJSON_Delete(root);
+    unlink(json);
+    static const struct {
+        const char *ranks, *says;
+    } bad[] = {
+        {"0-4", "ranks '0-4': rank 4 is past the last, 3"},
+        {"2-1", "--ranks '2-1': in 2-1 the last rank comes before the first"},
+        {"1,", "--ranks '1,' is not a list of ranks: give N or FIRST-LAST, separated by commas"},
+        {"", "--ranks '' is not a list of ranks"},
+        {"x", "--ranks 'x' is not a list of ranks"},
+        {"+1", "--ranks '+1' is not a list of ranks"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "--db %s --ranks '%s' --out %s", path, bad[i].ranks, json);
+        cr_assert_eq(run(cmd, tfix_path("err.txt")), 2, "--ranks %s", bad[i].ranks);
+        char *m = slurp(tfix_path("err.txt"));
+        cr_assert(strstr(m, bad[i].says), "--ranks %s: %s", bad[i].ranks, m);
+        free(m);
+        cr_assert_neq(access(json, F_OK), 0, "--ranks %s left %s behind", bad[i].ranks, json);
     }
     fixture_remove(path);
 }

@@ -171,6 +171,13 @@ Test(web, events_of_a_step_are_every_op_of_every_rank) {
     cJSON_ArrayForEach(row, ev) cr_assert_eq(cJSON_GetArrayItem(row, 1)->valueint, 0);
     cr_assert_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(ev, 0), 6)->valuedouble, 5e6, "0F0 started before the window");
     cJSON_Delete(j);
+
+    /* A range and a rank: ranks 1, 2 and 3 only, each of them. */
+    j = get_json("/api/jobs/1/events?ranks=1-2,3", 200);
+    int seen[4] = {0};
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "events")) seen[cJSON_GetArrayItem(row, 1)->valueint]++;
+    cr_assert(!seen[0] && seen[1] && seen[2] && seen[3], "ranks seen: %d %d %d %d", seen[0], seen[1], seen[2], seen[3]);
+    cJSON_Delete(j);
 }
 
 Test(web, zoomed_out_windows_are_aggregated_and_keep_the_busy_time) {
@@ -2423,8 +2430,10 @@ Test(web, query_parameters_are_read_strictly) {
         {"/api/jobs/1/trace.json?steps=0%00-2", "query parameter 'steps' holds a NUL character"},
         {"/api/jobs/1/events?limit=%2B5", "limit: expected an integer in [1, 25000], got '+5'"},
         {"/api/jobs/1/gaps?step=%200", "step: expected an integer in [0, 2147483647], got ' 0'"},
-        {"/api/jobs/1/events?ranks=1,", "ranks='1,' must list ranks 0..3"},
-        {"/api/jobs/1/kernels?ranks=%201", "ranks=' 1' must list ranks 0..3"},
+        {"/api/jobs/1/events?ranks=1,", "ranks '1,' is not a list of ranks: give N or FIRST-LAST"},
+        {"/api/jobs/1/kernels?ranks=%201", "ranks ' 1' is not a list of ranks"},
+        {"/api/jobs/1/events?ranks=0-4", "ranks '0-4': rank 4 is past the last, 3"},
+        {"/api/jobs/1/events?ranks=3-1", "ranks '3-1': in 3-1 the last rank comes before the first"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         webclient_resp r;

@@ -318,9 +318,17 @@ out:
     sqlite3_finalize(st);
 }
 
+/* What trace_export is handed: the steps (has_steps 0: every one) and the
+ * ranks' list as given ("" for every rank), in one block for q->arg. */
+typedef struct trace_only {
+    int has_steps;
+    db_export_steps steps;
+    char ranks[];
+} trace_only;
+
 /* Written to a temporary file, not to memory: a long job's whole trace runs
  * to gigabytes (about 70 kB a step of 4 ranks and 8 microbatches). On the
- * trace pool: q->arg the steps to export, NULL for the whole job. */
+ * trace pool: q->arg the trace_only. */
 static void trace_export(route_req *q, reply *r) {
     FILE *out = tmpfile();
     if (!out) {
@@ -328,7 +336,9 @@ static void trace_export(route_req *q, reply *r) {
         return;
     }
     pp_err err;
-    int rc = db_export_chrome(q->db, q->job.id, q->arg, out, &err);
+    const trace_only *only = q->arg;
+    int rc = db_export_chrome(q->db, q->job.id, only->has_steps ? &only->steps : NULL,
+                              only->ranks[0] ? only->ranks : NULL, out, &err);
     off_t len = ftello(out);
     if (rc != 0 || len < 0) {
         fclose(out);
@@ -341,21 +351,30 @@ static void trace_export(route_req *q, reply *r) {
     r->len = (size_t)len;
 }
 
-/* GET /api/jobs/{id}/trace.json[?steps=N or FIRST-LAST]: the steps are
- * checked here, the job and the export on the trace pool. */
+/* GET /api/jobs/{id}/trace.json[?steps=N or FIRST-LAST][&ranks=LIST]: the
+ * steps and the ranks' form are checked here, the job, its ranks and the
+ * export on the trace pool. */
 void route_trace(route_req *q, reply *r) {
-    const char *steps = query_str(&q->query, "steps");
-    db_export_steps *only = NULL;
+    const char *steps = query_str(&q->query, "steps"), *ranks = query_str(&q->query, "ranks");
+    size_t nranks = ranks ? strlen(ranks) : 0;
+    trace_only *only = calloc(1, sizeof *only + nranks + 1);
     pp_err err;
-    if (steps && !(only = malloc(sizeof *only))) {
+    if (!only) {
         reply_error(r, 500, "out of memory");
         return;
     }
-    if (steps && db_export_parse_steps(steps, only, &err) != 0) {
+    only->has_steps = steps != NULL;
+    if (steps && db_export_parse_steps(steps, &only->steps, &err) != 0) {
         free(only);
         reply_error(r, 400, "steps: %s", err.msg);
         return;
     }
+    if (ranks && pp_parse_ranks(ranks, INT_MAX, "ranks", NULL, &err) != 0) {
+        free(only);
+        reply_error(r, 400, "%s", err.msg);
+        return;
+    }
+    if (ranks) memcpy(only->ranks, ranks, nranks + 1);
     q->arg = only;
     q->then = trace_export;
 }

@@ -20,9 +20,9 @@
 #define OVERLAP_LOOKBACK 8
 #define KERNELS_DEFAULT_LIMIT 5000
 
-/* The ranks=0,2,5 argument as a 0/1 mask of world entries (all ranks when
- * absent), malloc'd: the caller frees it. NULL with r filled on bad input
- * or out of memory. */
+/* The ranks=0-3,7 argument as a 0/1 mask of world entries (all ranks when
+ * absent; pp_parse_ranks), malloc'd: the caller frees it. NULL with r
+ * filled on bad input or out of memory. */
 static unsigned char *ranks_mask(const query_args *args, const job_info *j, reply *r) {
     unsigned char *mask = malloc((size_t)j->world);
     if (!mask) {
@@ -30,25 +30,13 @@ static unsigned char *ranks_mask(const query_args *args, const job_info *j, repl
         return NULL;
     }
     const char *v = query_str(args, "ranks");
+    pp_err err;
     if (!v) {
         memset(mask, 1, (size_t)j->world);
-        return mask;
-    }
-    memset(mask, 0, (size_t)j->world);
-    const char *p = v;
-    for (;;) {
-        char *end = (char *)p;
-        /* A digit first: strtol would also take " 1", "+1" and "-0". */
-        long k = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
-        if (k < 0 || (*end && *end != ',') || k >= j->world || (*end == ',' && !end[1])) {
-            reply_error(r, 400, "bad query parameter: ranks='%.64s' must list ranks 0..%d separated by commas", v,
-                        j->world - 1);
-            free(mask);
-            return NULL;
-        }
-        mask[k] = 1;
-        if (!*end) break;
-        p = end + 1;
+    } else if (pp_parse_ranks(v, j->world, "ranks", mask, &err) != 0) {
+        reply_error(r, 400, "bad query parameter: %s", err.msg);
+        free(mask);
+        return NULL;
     }
     return mask;
 }

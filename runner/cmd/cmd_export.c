@@ -1,8 +1,9 @@
-/* cmd_export.c: `pprun export --db FILE [--job ID] [--steps A-B] [--format chrome] [--out FILE]`:
+/* cmd_export.c: `pprun export --db FILE [--job ID] [--steps A-B] [--ranks LIST] [--format chrome] [--out FILE]`:
  * a job's trace as Chrome trace JSON (opens in Perfetto, chrome://tracing).
  * The database is opened read-only; the trace appears only when complete,
  * on stdout as in a --out file, and with --out only where nothing but a
  * regular file was (file_output). */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,19 +14,21 @@
 #include "runner/cmd/cli.h"
 
 static void export_usage(FILE *out) {
-    fprintf(out, "usage: pprun export --db FILE [--job ID] [--steps A-B] [--format chrome] [--out FILE]\n"
+    fprintf(out, "usage: pprun export --db FILE [--job ID] [--steps A-B] [--ranks LIST] [--format chrome] [--out FILE]\n"
                  "  --db FILE      trace database written by `pprun run`\n"
                  "  --job ID       job id (default: the newest; `pprun query --db FILE\n"
                  "                 \"SELECT id, name FROM jobs\"` lists them)\n"
                  "  --steps A-B    only steps A to B (or one step, N): a long job's whole trace\n"
                  "                 is more than Perfetto's UI can open\n"
+                 "  --ranks LIST   only these ranks' ops, kernels and bubble ratios: N or FIRST-LAST,\n"
+                 "                 separated by commas (e.g. 0-7,512); the losses stay whole\n"
                  "  --format NAME  chrome (the default): Chrome trace JSON for Perfetto / chrome://tracing\n"
                  "  --out FILE     write there instead of stdout ('-' is stdout); FILE must be a\n"
                  "                 regular file or not there yet\n");
 }
 
 int cmd_export(int argc, char **argv) {
-    const char *dbpath = NULL, *job_s = NULL, *steps_s = NULL, *format = NULL, *outpath = NULL;
+    const char *dbpath = NULL, *job_s = NULL, *steps_s = NULL, *ranks = NULL, *format = NULL, *outpath = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -35,6 +38,7 @@ int cmd_export(int argc, char **argv) {
         const char **slot = strcmp(a, "--db") == 0       ? &dbpath
                             : strcmp(a, "--job") == 0    ? &job_s
                             : strcmp(a, "--steps") == 0  ? &steps_s
+                            : strcmp(a, "--ranks") == 0  ? &ranks
                             : strcmp(a, "--format") == 0 ? &format
                             : strcmp(a, "--out") == 0    ? &outpath
                                                          : NULL;
@@ -84,6 +88,11 @@ int cmd_export(int argc, char **argv) {
         fprintf(stderr, "pprun export: --steps: %s\n", err.msg);
         return 2;
     }
+    /* its form now; the ranks the job has once it is read */
+    if (ranks && pp_parse_ranks(ranks, INT_MAX, "--ranks", NULL, &err) != 0) {
+        fprintf(stderr, "pprun export: %s\n", err.msg);
+        return 2;
+    }
     sqlite3 *sql;
     if (db_open_readonly(dbpath, &sql, &err) != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);
@@ -106,7 +115,7 @@ int cmd_export(int argc, char **argv) {
     }
     /* Standard output too gets the trace only once it is whole
      * (file_output), so a refusal at a bad row prints nothing. */
-    int rc = db_export_chrome(sql, job, steps_s ? &steps : NULL, out.f, &err);
+    int rc = db_export_chrome(sql, job, steps_s ? &steps : NULL, ranks, out.f, &err);
     db_reader_close(sql);
     /* A job or steps that are not there are bad input (2); output that
      * could not be written is a failure (1), as for pprun query. Errors
