@@ -914,6 +914,21 @@ Test(web, trace_json_of_some_steps_has_their_ops_only) {
     j = get_json("/api/jobs/1/trace.json?steps=2-1", 400);
     cr_assert(strstr(str(j, "error"), "steps: '2-1': the last step comes before the first"), "%s", str(j, "error"));
     cJSON_Delete(j);
+    /* ?ranks=: those ranks' ops, named in otherData */
+    j = get_json("/api/jobs/1/trace.json?steps=1&ranks=3", 200);
+    cr_assert_str_eq(str(cJSON_GetObjectItem(j, "otherData"), "ranks"), "3");
+    complete = 0;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(j, "traceEvents")) complete += strcmp(str(ev, "ph"), "X") == 0;
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/events?step=1&ranks=3", 200);
+    cr_assert_eq(complete, cJSON_GetArraySize(cJSON_GetObjectItem(j, "events")), "rank 3's ops of step 1");
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/trace.json?ranks=2-9", 404);
+    cr_assert(strstr(str(j, "error"), "ranks '2-9': rank 9 is past the last, 3"), "%s", str(j, "error"));
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/trace.json?ranks=1;", 400);
+    cr_assert(strstr(str(j, "error"), "ranks '1;' is not a list of ranks"), "%s", str(j, "error"));
+    cJSON_Delete(j);
 }
 
 static webclient_resp post_sql(const char *body) {
