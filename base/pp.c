@@ -464,6 +464,45 @@ static void proc_sys_number(const char *path, char *out, size_t cap) {
     if (f) fclose(f);
 }
 
+int pp_memory_cgroup(char *dir, size_t cap, const char **limit_file) {
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[640], v2[600] = "";
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        const char *v1 = strstr(line, ":memory:");
+        if (v1) { /* v1's memory controller: its line wins over v2's ("0::") */
+            v1 += strlen(":memory:");
+            snprintf(dir, cap, "/sys/fs/cgroup/memory%s", strcmp(v1, "/") == 0 ? "" : v1);
+            *limit_file = "memory.limit_in_bytes";
+            found = 1;
+        } else if (strncmp(line, "0::", 3) == 0) {
+            snprintf(v2, sizeof v2, "%s", line + 3);
+        }
+    }
+    if (f) fclose(f);
+    if (!found && v2[0]) {
+        snprintf(dir, cap, "/sys/fs/cgroup%s", strcmp(v2, "/") == 0 ? "" : v2);
+        *limit_file = "memory.max";
+        found = 1;
+    }
+    return found ? 0 : -1;
+}
+
+uint64_t pp_memory_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t mem = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+    char dir[600], file[700];
+    const char *name;
+    unsigned long long limit;
+    if (pp_memory_cgroup(dir, sizeof dir, &name) != 0) return mem;
+    snprintf(file, sizeof file, "%s/%s", dir, name);
+    FILE *f = fopen(file, "re");
+    if (f && fscanf(f, "%llu", &limit) == 1 && limit < mem) mem = limit; /* v2's "max" reads as no number */
+    if (f) fclose(f);
+    return mem;
+}
+
 void pp_task_limits(char *buf, size_t cap) {
     struct rlimit rl;
     char nproc[32] = "unlimited", threads[32], pids[32];

@@ -55,6 +55,13 @@ void pp_sleep_ns(uint64_t ns);
 /* The CPUs this process may run on (its affinity mask, as a cgroup cpuset
  * or taskset leaves it; else the CPUs online), at least 1. */
 int pp_cpu_count(void);
+/* This process's memory cgroup: its folder under /sys/fs/cgroup and its
+ * limit file's name (v1 "memory.limit_in_bytes", v2 "memory.max"), from
+ * /proc/self/cgroup: 0, or -1 where it has none. */
+int pp_memory_cgroup(char *dir, size_t cap, const char **limit_file);
+/* The memory this process may use: the machine's, or its memory cgroup's
+ * limit where that is lower (a container's, shared memory included). */
+uint64_t pp_memory_bytes(void);
 /* The limits a fork or a pthread_create that failed with EAGAIN may have
  * hit, with their values, into buf: "this user's (RLIMIT_NPROC, `ulimit
  * -u`: 4096) or the system's (kernel.threads-max 192730, kernel.pid_max

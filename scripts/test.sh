@@ -45,7 +45,7 @@ longest=(test_torch test_gpu_run_emu test_browser test_launch_multinode test_web
 # measured alone, 0.75-1.25 allowed; 0.75 once in three beside a build at
 # nice 19); its other tests, 240 s of CI's release run, leave a quarter of
 # the cores idle (150% CPU).
-alone="test_torch:*what_if*"
+alone=("test_torch:*what_if*")
 # Not in the sanitize build: their time goes to Python with PyTorch and to
 # Chromium, which no sanitizer instruments (libpprun_trace, which Python
 # loads, is never sanitized: CMakeLists.txt), while the pprun code they
@@ -86,6 +86,8 @@ run_exe() {
   failing=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$line")
   crashing=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$line")
   local failed=$((failing + crashing))
+  # a filter that matches nothing (a test renamed) runs nothing: no pass
+  if [ -n "$filter" ] && [ "$tested" -eq 0 ]; then echo "$name: no test matches $filter"; failed=1; fi
   # The runner's own failure (a sanitizer's report at its exit) is one more.
   [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
   if [ "$failed" -ne 0 ]; then
@@ -172,8 +174,9 @@ run_tests() {
   for t in "$dir"/test_*; do
     [ -x "$t" ] && [[ " ${longest[*]} " != *" $(basename "$t") "* ]] && order+=("$t")
   done
-  for entry in $alone; do
+  for entry in "${alone[@]}"; do
     name=${entry%%:*} filter=${entry#*:}
+    [[ $entry == *:?* ]] || { echo "scripts/test.sh: alone entry '$entry' is not EXECUTABLE:FILTER"; return 1; }
     [ -x "$dir/$name" ] && ! { [ "$kind" = sanitize ] && [[ $release_only == *" $name "* ]]; } || continue
     (run_exe "$kind" "$dir/$name" "$name.alone" "$filter")
     collect "$name.alone"
@@ -185,7 +188,8 @@ run_tests() {
       echo "-- $kind/$name: run by the release build only (its time is in Python or Chromium)"
       continue
     fi
-    for entry in $alone; do [ "${entry%%:*}" = "$name" ] && filter="!(${entry#*:})"; done
+    # (one entry an executable: a second's tests would run twice)
+    for entry in "${alone[@]}"; do [ "${entry%%:*}" = "$name" ] && filter="!(${entry#*:})"; done
     [ -n "$next" ] && [ -z "${build_pid[$next]:-}" ] && start_build "$next"
     # a waiting one beside no other takes no slot: started at once
     if [[ $waiting != *" $name "* ]] || [ "$(pool_taken)" -lt "${#running_name[@]}" ]; then

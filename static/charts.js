@@ -20,7 +20,7 @@ let charts = null; // the job open's series: newCharts()
 export const lossOptions = { outliers: true, log: false };
 
 // A job opens: its series are made anew at the next draw.
-export function resetCharts() { charts = null; }
+export function resetCharts() { charts = null; resetStepRanks(); }
 
 // The step charts' series, kept with the steps: before a redraw,
 // syncCharts() drops from each series the points from the first step
@@ -182,22 +182,25 @@ function drawActChart(C, n, bound) {
 }
 
 // Each rank's bubble ratio in one step, for a job whose steps keep no
-// per-rank arrays: asked for one step at a time (/steps?per_rank=1),
-// the last answer kept. null until it is here.
-let ranksOf = { job: null, step: null, ratios: null, asking: false };
+// per-rank arrays: asked for one step at a time (/steps?per_rank=1), the
+// last answer kept with whether its step was complete (a step shown while
+// it runs is asked for again once it completes). null until it is here.
+let ranksOf = { job: null, step: null, complete: false, ratios: null, asking: false };
+function resetStepRanks() { ranksOf = { job: null, step: null, complete: false, ratios: null, asking: false }; }
 function stepRatios(st) {
   if (st.bubble_ratio) return st.bubble_ratio;
-  const k = ranksOf;
-  if (k.job === S.job && k.step === st.step) return k.ratios;
+  const k = ranksOf, complete = !!st.complete;
+  if (k.job === S.job && k.step === st.step && k.complete === complete && k.ratios) return k.ratios;
   if (k.asking) return null; // the step shown then is asked for when this answer is in
-  ranksOf = { job: S.job, step: st.step, ratios: null, asking: true };
-  const job = S.job;
-  api(`/api/jobs/${job}/steps?since=${st.step}&limit=1&per_rank=1`).then((r) => {
-    const got = r.steps[0];
-    if (S.job !== job) return;
-    ranksOf = { job, step: st.step, ratios: got && got.step === st.step ? got.bubble_ratio : [], asking: false };
-    drawStepBars();
-  }, () => { ranksOf.asking = false; });
+  const job = S.job, step = st.step;
+  ranksOf = { job, step, complete, ratios: null, asking: true };
+  const done = (ratios) => {
+    if (ranksOf.job !== job || ranksOf.step !== step) return; // another job opened meanwhile
+    ranksOf = { job, step, complete, ratios, asking: false };
+    if (ratios) drawStepBars(); // this step's bars, or the ask of the step shown now
+  };
+  api(`/api/jobs/${job}/steps?since=${step}&limit=1&per_rank=1`).then(
+    (r) => done(r.steps[0] && r.steps[0].step === step ? r.steps[0].bubble_ratio : null), () => done(null));
   return null;
 }
 

@@ -53,9 +53,10 @@ export async function openJob(id) {
   await new Promise((resolve) => {
     stream = openStream(id, { hello: resolve, status: onStatus, events: onEvents, step: onStepDone, losses: onLosses });
   });
-  // The job's ranks, when the list knows them, say whether its steps come with per-rank arrays.
-  const listed = S.jobs.find((j) => j.id === id), perRank = !listed || listed.world_size <= RANKS_DRAWN;
-  const [info, , plan] = await Promise.all([api(`/api/jobs/${id}`), loadSteps(id, 0, perRank), api(`/api/jobs/${id}/plan`)]);
+  // The job's ranks say whether its steps come with per-rank arrays.
+  const infoAsked = api(`/api/jobs/${id}`);
+  const [info, , plan] = await Promise.all([infoAsked,
+    infoAsked.then((i) => loadSteps(id, 0, i.job.world_size <= RANKS_DRAWN)), api(`/api/jobs/${id}/plan`)]);
   S.info = info; S.plan = plan;
   if (world() > RANKS_DRAWN) S.steps.forEach(dropRanks); // merged before its size was known
   R.replica = -1;

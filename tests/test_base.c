@@ -204,6 +204,37 @@ Test(base, an_empty_item_is_an_error) {
 
 /* A window of 0.5 s: the five calls of the first one must fall inside it,
  * and a loaded machine can stall a process for tens of milliseconds. */
+/* Rank lists: N and FIRST-LAST separated by commas, into a mask; every
+ * other form refused naming the option, a rank past the last naming it. */
+Test(base, rank_lists) {
+    unsigned char mask[8];
+    pp_err err;
+    cr_assert_eq(pp_parse_ranks("0-2,5,7", 8, "--ranks", mask, &err), 0, "%s", err.msg);
+    static const unsigned char want[8] = {1, 1, 1, 0, 0, 1, 0, 1};
+    cr_assert_arr_eq(mask, want, 8);
+    cr_assert_eq(pp_parse_ranks("3-3", 8, "--ranks", NULL, &err), 0, "%s", err.msg);
+    static const struct {
+        const char *text, *says;
+    } bad[] = {{"", "--ranks '' is not a list of ranks"},
+               {"1,", "not a list"},
+               {",1", "not a list"},
+               {"1,,2", "not a list"},
+               {" 1", "not a list"},
+               {"+1", "not a list"},
+               {"-1", "not a list"},
+               {"1-", "not a list"},
+               {"1-2-3", "not a list"},
+               {"0x1", "not a list"},
+               {"12345678901", "not a list"},
+               {"3-1", "in 3-1 the last rank comes before the first"},
+               {"0-8", "--ranks '0-8': rank 8 is past the last, 7"},
+               {"9", "rank 9 is past the last, 7"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(pp_parse_ranks(bad[i].text, 8, "--ranks", mask, &err), -1, "'%s'", bad[i].text);
+        cr_assert(strstr(err.msg, bad[i].says), "'%s': %s", bad[i].text, err.msg);
+    }
+}
+
 Test(base, the_rate_limit_writes_a_burst_then_counts_what_it_held_back) {
     pp_ratelimit rl = {0};
     unsigned long held = 99;

@@ -489,32 +489,16 @@ Test(launch_fail, a_process_limit_hit_while_starting_ranks_is_named_with_how_man
     lt_free(&p);
 }
 
-/* A memory cgroup of its own under this process's, limited to `limit`
- * bytes, into dir (its folder: write a pid to dir/cgroup.procs): 0, or -1
- * with why in why. cgroup v1's memory controller, or v2's where it is on
- * in this cgroup's subtree. */
+/* A memory cgroup of its own under this process's (pp_memory_cgroup),
+ * limited to `limit` bytes, into dir (its folder: write a pid to
+ * dir/cgroup.procs): 0, or -1 with why in why. */
 static int memory_cgroup_make(char *dir, size_t cap, uint64_t limit, char *why, size_t why_cap) {
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    char line[512], path[400] = "", limit_file[64] = "";
-    const char *root = NULL;
-    while (f && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = 0;
-        char *p = strstr(line, ":memory:");
-        if (p) {
-            root = "/sys/fs/cgroup/memory", snprintf(limit_file, sizeof limit_file, "memory.limit_in_bytes");
-            snprintf(path, sizeof path, "%s", p + strlen(":memory:"));
-            break;
-        }
-        if (strncmp(line, "0::", 3) == 0) {
-            root = "/sys/fs/cgroup", snprintf(limit_file, sizeof limit_file, "memory.max");
-            snprintf(path, sizeof path, "%s", line + 3);
-        }
-    }
-    if (f) fclose(f);
-    if (!root) return snprintf(why, why_cap, "no memory cgroup in /proc/self/cgroup"), -1;
-    snprintf(dir, cap, "%s%s/pprun-oom-%d", root, strcmp(path, "/") == 0 ? "" : path, (int)getpid());
+    char parent[512], file[700];
+    const char *limit_file;
+    if (pp_memory_cgroup(parent, sizeof parent, &limit_file) != 0)
+        return snprintf(why, why_cap, "no memory cgroup in /proc/self/cgroup"), -1;
+    snprintf(dir, cap, "%s/pprun-oom-%d", parent, (int)getpid());
     if (mkdir(dir, 0755) != 0) return snprintf(why, why_cap, "cannot make the cgroup %s: %s", dir, strerror(errno)), -1;
-    char file[600];
     snprintf(file, sizeof file, "%s/%s", dir, limit_file);
     FILE *l = fopen(file, "w");
     int ok = l && fprintf(l, "%llu\n", (unsigned long long)limit) > 0;
@@ -525,6 +509,37 @@ static int memory_cgroup_make(char *dir, size_t cap, uint64_t limit, char *why, 
         return -1;
     }
     return 0;
+}
+
+/* The memory a process may use is its cgroup's limit where that is below
+ * the machine's (the shm rings a node's ranks make are sized by it:
+ * comm_shm_ring_bytes), the machine's elsewhere. */
+Test(launch_fail, the_memory_a_process_may_use_is_its_cgroups_limit) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    cr_assert_leq(pp_memory_bytes(), (uint64_t)pages * (uint64_t)page);
+    cr_assert_gt(pp_memory_bytes(), 0);
+    char cg[512], why[700], procs[600];
+    if (geteuid() != 0) cr_skip_test("needs root: to make a memory cgroup");
+    if (memory_cgroup_make(cg, sizeof cg, 256u << 20, why, sizeof why) != 0) cr_skip_test("%s", why);
+    snprintf(procs, sizeof procs, "%s/cgroup.procs", cg);
+    int fd[2];
+    cr_assert_eq(pipe(fd), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        FILE *c = fopen(procs, "w");
+        if (!c || fprintf(c, "%d\n", (int)getpid()) < 0 || fclose(c) != 0) _exit(1);
+        uint64_t m = pp_memory_bytes();
+        _exit(write(fd[1], &m, sizeof m) == sizeof m ? 0 : 1);
+    }
+    uint64_t got = 0;
+    int st;
+    ssize_t n = read(fd[0], &got, sizeof got);
+    waitpid(pid, &st, 0);
+    close(fd[0]), close(fd[1]);
+    rmdir(cg);
+    cr_assert(n == sizeof got && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child could not join %s", cg);
+    cr_assert_eq(got, 256u << 20);
 }
 
 /* A rank the kernel's out-of-memory killer kills (its cgroup limited to

@@ -120,9 +120,9 @@ static int steps_first(sqlite3_stmt *st, int rc, const job_info *j, const char *
 }
 
 /* The per-rank values a page of /steps holds at most (steps x ranks, two
- * numbers each): a 16-rank job's pages keep their 65,536 steps, a
- * 1,024-rank job's 1,024 (about 15 MB of JSON). Without them a page is
- * some 200 bytes a step at any number of ranks. */
+ * numbers each): a 16-rank job's pages are cut to 65,536 steps, a
+ * 1,024-rank job's to 1,024 (about 15 MB of JSON). Without them a step is
+ * some 200 bytes at any number of ranks. */
 #define STEPS_MAX_RANK_STEPS (1L << 20)
 
 /* Steps with stats, and steps that only have losses so far (running), with

@@ -63,7 +63,7 @@ int comm_start_reader(comm_peer *p, void *(*fn)(void *)) {
         rc = pthread_create(&p->reader, NULL, fn, p);
         if (rc == 0) {
             p->reader_started = 1;
-            atomic_fetch_add(&p->c->readers, 1);
+            atomic_fetch_add(&p->c->peer_threads, 1);
         } else {
             p->in_state = COMM_IN_NONE;
         }
@@ -144,18 +144,19 @@ void comm_reader_loop(comm_peer *p, comm_read_fn rd) {
 
 /* ---- set-up: endpoint from the exchange, then the transport -------------- */
 
-/* Why peer p's reader thread could not start (pthread_create's error),
- * into its setup_err: a rank runs a reader thread for every rank it talks
- * to, so a data-parallel group of many ranks on one node can use up the
- * machine's threads. */
-static void reader_failed(comm_peer *p, int rc) {
+/* Why the `kind` thread for rank `peer` could not start (pthread_create's
+ * error rc), into buf: a rank runs a reader thread for every rank it talks
+ * to and a sender for every rank it sends to, so a data-parallel group of
+ * many ranks on one node can use up the machine's threads (docs/comm.md,
+ * "Threads"). */
+static void thread_failed(comm *c, const char *kind, int peer, int rc, char *buf, size_t cap) {
     char limits[320] = "";
-    int readers = atomic_load(&p->c->readers);
     if (rc == EAGAIN) pp_task_limits(limits, sizeof limits);
-    snprintf(p->setup_err, sizeof p->setup_err,
-             "comm: cannot start the reader thread for rank %d: %s%s%s (this rank runs %d already, one for each rank "
-             "it talks to)",
-             p->rank, strerror(rc), rc == EAGAIN ? ": the limit on threads was hit: " : "", limits, readers);
+    snprintf(buf, cap,
+             "comm: cannot start the %s thread for rank %d: %s%s%s (this rank has started %d for the ranks it talks "
+             "to: a reader each, a sender for each it sends to)",
+             kind, peer, strerror(rc), rc == EAGAIN ? ": the limit on threads was hit: " : "", limits,
+             atomic_load(&c->peer_threads));
 }
 
 static int peer_setup(comm_peer *p, pp_err *err) {
@@ -200,7 +201,7 @@ static int peer_setup(comm_peer *p, pp_err *err) {
         }
         int rc = comm_shm_start_reader(p);
         if (rc != 0) {
-            reader_failed(p, rc);
+            thread_failed(c, "reader", p->rank, rc, p->setup_err, sizeof p->setup_err);
             goto fail;
         }
     } else {
@@ -427,9 +428,12 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
         if (e != 0) {
             drop_queue_locked(p);
             pthread_mutex_unlock(&p->mu);
-            return pp_fail(err, "comm: cannot start the sender thread for rank %d: %s", peer, strerror(e));
+            char why[sizeof err->msg];
+            thread_failed(c, "sender", peer, e, why, sizeof why);
+            return pp_fail(err, "%s", why);
         }
         p->sender_started = 1;
+        atomic_fetch_add(&c->peer_threads, 1);
     }
     pthread_cond_broadcast(&p->cv_out);
     pthread_mutex_unlock(&p->mu);

@@ -127,7 +127,7 @@ typedef struct comm {
     pthread_t monitor;
     int monitor_started;
     _Atomic int stopping;
-    _Atomic int readers;       /* reader threads started (comm_start_reader), for messages */
+    _Atomic int peer_threads;  /* reader and sender threads started, for messages */
     comm_peer *peers;          /* [world] */
 } comm;
 

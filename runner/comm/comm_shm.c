@@ -126,12 +126,12 @@ static size_t ring_index(int node_ranks, uint64_t memory) {
 
 size_t comm_shm_ring_bytes(int node_ranks, uint64_t memory) { return ring_sizes[ring_index(node_ranks, memory)]; }
 
-/* ring_index of this rank's node: its ranks, and this machine's memory. */
+/* ring_index of this rank's node: its ranks, and the memory this process
+ * may use (a container's limit counts /dev/shm's pages too). */
 static size_t first_ring_index(const comm *c) {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     int here = 0;
     for (int r = 0; r < c->world; r++) here += c->node[r] == c->node[c->rank];
-    return ring_index(here, pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX);
+    return ring_index(here, pp_memory_bytes());
 }
 
 int comm_shm_attach(comm_peer *p, pp_err *err) {

@@ -44,7 +44,7 @@ static void check_long(const query_args *a, const char *name, long min, long max
 
 /* The parameters as libmicrohttpd walks them, in order. */
 typedef struct seen {
-    const char *name[64], *value[64];
+    const char *name[QUERY_MAX], *value[QUERY_MAX];
     size_t n;
 } seen;
 
@@ -56,7 +56,7 @@ static enum MHD_Result count_name(void *cls, enum MHD_ValueKind kind, const char
     seen *s = cls;
     for (size_t i = 0; i < s->n; i++)
         if (strcmp(s->name[i], key) == 0) abort(); /* query_check let a name through twice */
-    if (s->n == 64) abort();                       /* query_check let more than QUERY_MAX through */
+    if (s->n == QUERY_MAX) abort();                /* query_check let more than QUERY_MAX through */
     s->name[s->n] = key;
     s->value[s->n++] = value;
     return MHD_YES;
