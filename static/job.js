@@ -13,7 +13,7 @@ import { updateStepLabel } from './toolbar.js';
 import { setFollow, followLatest, showStep, showWindow, fetchWindow, stepsInView, noteSpans } from './view.js';
 import { loadWhatif, whatifDue, resetWhatif } from './whatif.js';
 import { showSqlExample } from './sql-tab.js';
-import { R, groupBy, defaultGrouping, replicas } from './rows.js';
+import { R, groupBy, defaultGrouping, replicas, filteredRanks } from './rows.js';
 import { loadHeatmap, resetHeatmap } from './heatmap.js';
 
 let stream = null;  // the open job's live stream (an AbortController)
@@ -126,15 +126,16 @@ function checkTraceLink(id) {
   a.href = '#';
   a.removeAttribute('download');
   a.textContent = 'Chrome trace';
-  a.title = 'Chrome trace JSON (Perfetto) of the steps in the timeline';
+  a.title = 'Chrome trace JSON (Perfetto) of the steps in the timeline (of the pipeline shown, when one is)';
   a.onclick = async (ev) => {
     ev.preventDefault();
     if (a.dataset.busy) return;
     a.dataset.busy = '1';
     a.textContent = 'Chrome trace…';
-    const steps = stepsInView(), range = steps ? `${steps[0]}-${steps[1]}` : '';
+    const steps = stepsInView(), range = steps ? `${steps[0]}-${steps[1]}` : '', ranks = filteredRanks();
+    const query = [steps ? `steps=${range}` : '', ranks ? `ranks=${ranks}` : ''].filter((q) => q).join('&');
     try {
-      const r = await fetch(`/api/jobs/${id}/trace.json` + (steps ? `?steps=${range}` : ''), { headers: headers() });
+      const r = await fetch(`/api/jobs/${id}/trace.json` + (query ? '?' + query : ''), { headers: headers() });
       if (!r.ok) {
         let msg = 'HTTP ' + r.status;
         try { msg = (await r.json()).error || msg; } catch (e) { /* not JSON */ }
@@ -143,7 +144,7 @@ function checkTraceLink(id) {
       const url = URL.createObjectURL(await r.blob());
       const d = document.createElement('a');
       d.href = url;
-      d.download = `pprun-job-${id}` + (steps ? `-steps-${range}` : '') + '.trace.json';
+      d.download = `pprun-job-${id}` + (steps ? `-steps-${range}` : '') + (ranks ? `-ranks-${ranks}` : '') + '.trace.json';
       document.body.appendChild(d);
       d.click();
       d.remove();

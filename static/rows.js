@@ -33,6 +33,14 @@ export function replicas() {
 
 const replicaOf = (r) => Math.floor(r / replicas().pp);
 
+// The ranks the replica filter shows, as trace.json's ranks= takes them
+// ("40-47"), or null when it shows every replica.
+export function filteredRanks() {
+  if (R.replica < 0) return null;
+  const pp = replicas().pp;
+  return `${R.replica * pp}-${R.replica * pp + pp - 1}`;
+}
+
 // Shows replica d's ranks only (-1: every replica's), every group folded
 // again as when the grouping changes.
 export function showReplica(d) {

@@ -1516,6 +1516,11 @@ Test(browser, a_1024_rank_job_grouped_with_its_slow_rank_hottest, .timeout = 300
     cr_assert_eq(jnum(one, "replica"), 5, "%s", text);
     cr_assert_eq(cJSON_GetArraySize(rk), 8, "%s", text);
     for (int k = 0; k < 8; k++) cr_assert_eq(cJSON_GetArrayItem(rk, k)->valueint, 40 + k, "%s", text);
+    /* its Chrome trace: replica 5's ranks alone */
+    const cJSON *rt = cJSON_GetObjectItem(j, "replicaTrace"), *tr;
+    cr_assert(strstr(cJSON_GetObjectItem(rt, "file")->valuestring, "-ranks-40-47.trace.json"), "%s", text);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(rt, "ranks")), 8, "%s", text);
+    cJSON_ArrayForEach(tr, cJSON_GetObjectItem(rt, "ranks")) cr_assert(tr->valueint >= 40 && tr->valueint <= 47, "%s", text);
     const cJSON *one_node = cJSON_GetObjectItem(j, "oneReplicaByNode");
     cr_assert_eq(jnum(one_node, "groups"), 1, "%s", text);
     cr_assert_eq(jnum(one_node, "rows"), 1, "its lane, folded: %s", text);

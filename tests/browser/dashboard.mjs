@@ -529,6 +529,11 @@ try {
     await page.waitForFunction(() => window.__pprun.drawn.rows === 8, null, { timeout: 10000 });
     out.oneReplica = await page.evaluate(() => window.__pprun.rows());
     out.replicaOptions = await page.$$eval('#replica option', (o) => o.length);
+    // "Chrome trace" of replica 5: its ranks' threads only
+    const [dl] = await Promise.all([page.waitForEvent('download', { timeout: 30000 }), page.click('#trace-link')]);
+    const rtrace = JSON.parse(fs.readFileSync(await dl.path(), 'utf8'));
+    out.replicaTrace = { file: dl.suggestedFilename(), ranks: [...new Set(rtrace.traceEvents
+      .filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => parseInt(e.args.name.split(' ')[1], 10)))] };
     await page.selectOption('#row-group', 'node');
     await page.waitForFunction(() => window.__pprun.rows().by === 'node', null, { timeout: 10000 });
     out.oneReplicaByNode = await page.evaluate(() => window.__pprun.rows());
