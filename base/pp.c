@@ -466,7 +466,7 @@ static void proc_sys_number(const char *path, char *out, size_t cap) {
 
 int pp_memory_cgroup(char *dir, size_t cap, const char **limit_file) {
     FILE *f = fopen("/proc/self/cgroup", "re");
-    char line[640], v2[600] = "";
+    char line[640], v2[sizeof line] = "";
     int found = 0;
     while (f && !found && fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
