@@ -492,7 +492,7 @@ static int write_header(chrome_export *x, pp_err *err) {
     /* The world size is what makes a step complete (SQL_COMPLETE_STEPS):
      * past its bound no step would be, and the critical paths would be
      * left out without a word. Refused, as every reader refuses it. */
-    int64_t world;
+    int64_t world = 0;
     if (bounds_col(st, 0, &bounds_time, x->job, "jobs.t0_ns", &x->t0, err) != 0 ||
         bounds_col(st, 3, &bounds_world, x->job, "jobs.world_size", &world, err) != 0) {
         sqlite3_finalize(st);
