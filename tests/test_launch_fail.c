@@ -493,7 +493,7 @@ Test(launch_fail, a_process_limit_hit_while_starting_ranks_is_named_with_how_man
  * limited to `limit` bytes, into dir (its folder: write a pid to
  * dir/cgroup.procs): 0, or -1 with why in why. */
 static int memory_cgroup_make(char *dir, size_t cap, uint64_t limit, char *why, size_t why_cap) {
-    char parent[512], file[700];
+    char parent[400], file[600];
     const char *limit_file;
     if (pp_memory_cgroup(parent, sizeof parent, &limit_file) != 0)
         return snprintf(why, why_cap, "no memory cgroup in /proc/self/cgroup"), -1;
@@ -518,7 +518,7 @@ Test(launch_fail, the_memory_a_process_may_use_is_its_cgroups_limit) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     cr_assert_leq(pp_memory_bytes(), (uint64_t)pages * (uint64_t)page);
     cr_assert_gt(pp_memory_bytes(), 0);
-    char cg[512], why[700], procs[600];
+    char cg[512], why[1024], procs[600];
     if (geteuid() != 0) cr_skip_test("needs root: to make a memory cgroup");
     if (memory_cgroup_make(cg, sizeof cg, 256u << 20, why, sizeof why) != 0) cr_skip_test("%s", why);
     snprintf(procs, sizeof procs, "%s/cgroup.procs", cg);
@@ -547,7 +547,7 @@ Test(launch_fail, the_memory_a_process_may_use_is_its_cgroups_limit) {
  * SIGKILL alone tells a user nothing, and pprun sent none. */
 Test(launch_fail, a_rank_killed_for_memory_is_said_to_be, .timeout = 90) {
     if (launch_oom_kills() < 0) cr_skip_test("this kernel's /proc/vmstat has no oom_kill count");
-    char cg[512], why[700];
+    char cg[512], why[1024];
     if (geteuid() != 0) cr_skip_test("needs root: to make a memory cgroup");
     if (memory_cgroup_make(cg, sizeof cg, 64u << 20, why, sizeof why) != 0) cr_skip_test("%s", why);
     const char *args[] = {"launch", "--nproc-per-node", "2", "--", "sh", "-c",
