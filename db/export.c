@@ -294,6 +294,18 @@ static char *filter_of(const chrome_export *x, const char *step_col, const char 
     return sqlite3_str_finish(q);
 }
 
+/* Prepares sql, whose one %s takes extra then the filter of x's steps
+ * and ranks (filter_of), ?1 bound to the job: a SQLite result code. */
+static int prepare_filtered(chrome_export *x, const char *sql, const char *extra, const char *step_col,
+                            const char *rank_col, sqlite3_stmt **st) {
+    *st = NULL;
+    char *filter = filter_of(x, step_col, rank_col), *where = filter ? sqlite3_mprintf("%s%s", extra, filter) : NULL;
+    int rc = where ? prepare_in(x->db, sql, where, x->job, st) : SQLITE_NOMEM;
+    sqlite3_free(filter);
+    sqlite3_free(where);
+    return rc;
+}
+
 /* Whether rank is one of those exported. */
 static int exported(const chrome_export *x, int rank) {
     return !x->mask || (rank >= 0 && rank < x->world && x->mask[rank]);
@@ -405,16 +417,12 @@ static int export_kernels(chrome_export *x, pp_err *err) {
         snprintf(f, sizeof f,
                  " AND (e.id IS NULL AND k.end_ns > %lld AND k.start_ns < %lld OR e.step BETWEEN %d AND %d)",
                  (long long)x->window[0], (long long)x->window[1], x->steps->first, x->steps->last);
-    char *ranks = filter_of(x, NULL, "k.rank"), *where = ranks ? sqlite3_mprintf("%s%s", f, ranks) : NULL;
-    int prc = where ? prepare_in(x->db,
-                                 "SELECT k.rank, k.stream, k.name, k.start_ns, k.end_ns, e.phase, e.microbatch, e.stage,"
-                                 " e.peer, e.step FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
-                                 " WHERE k.job_id=?1%s ORDER BY k.rank, k.stream, k.start_ns, k.end_ns DESC",
-                                 where, x->job, &st)
-                    : SQLITE_NOMEM;
-    sqlite3_free(ranks);
-    sqlite3_free(where);
-    if (prc != SQLITE_OK) return sql_fail(x->db, "reading kernels", err);
+    if (prepare_filtered(x,
+                         "SELECT k.rank, k.stream, k.name, k.start_ns, k.end_ns, e.phase, e.microbatch, e.stage,"
+                         " e.peer, e.step FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
+                         " WHERE k.job_id=?1%s ORDER BY k.rank, k.stream, k.start_ns, k.end_ns DESC",
+                         f, NULL, "k.rank", &st) != SQLITE_OK)
+        return sql_fail(x->db, "reading kernels", err);
     stream_track *cur = NULL;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -444,13 +452,10 @@ static int steps_window(chrome_export *x, pp_err *err) {
     sqlite3 *db = x->db;
     int64_t job = x->job, *window = x->window;
     const db_export_steps *steps = x->steps;
-    sqlite3_stmt *st = NULL;
-    char *where = filter_of(x, "step", "rank");
-    int prc = where ? prepare_in(db, "SELECT min(start_ns), max(end_ns), count(*) FROM events WHERE job_id=?1%s",
-                                 where, job, &st)
-                    : SQLITE_NOMEM;
-    sqlite3_free(where);
-    if (prc != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
+    sqlite3_stmt *st;
+    if (prepare_filtered(x, "SELECT min(start_ns), max(end_ns), count(*) FROM events WHERE job_id=?1%s", "", "step",
+                         "rank", &st) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
         sqlite3_finalize(st);
         return sql_fail(db, "reading events", err);
     }
@@ -711,14 +716,11 @@ static void write_op(chrome_export *x, const op_row *o, rank_info *r) {
 /* Every traced span of steps, by rank and start (an enclosing span first). */
 static int write_ops(chrome_export *x, pp_err *err) {
     sqlite3_stmt *st;
-    char *where = filter_of(x, "step", "rank");
-    int prc = where ? prepare_in(x->db,
-                                 "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt,"
-                                 " source, id, name FROM events WHERE job_id=?1%s ORDER BY rank, start_ns, end_ns DESC",
-                                 where, x->job, &st)
-                    : SQLITE_NOMEM;
-    sqlite3_free(where);
-    if (prc != SQLITE_OK) return sql_fail(x->db, "reading events", err);
+    if (prepare_filtered(x,
+                         "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt,"
+                         " source, id, name FROM events WHERE job_id=?1%s ORDER BY rank, start_ns, end_ns DESC",
+                         "", "step", "rank", &st) != SQLITE_OK)
+        return sql_fail(x->db, "reading events", err);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (bounds_event_row(st, &op_cols, x->job, err) != 0) {
@@ -816,15 +818,12 @@ static int write_losses(chrome_export *x, const char *table, const char *counter
 /* Each step's bubble ratio per rank, one counter track per rank on its node. */
 static int write_bubbles(chrome_export *x, pp_err *err) {
     sqlite3_stmt *st;
-    char *where = filter_of(x, "s.step", "s.rank");
-    int prc = where ? prepare_in(x->db,
-                                 "SELECT s.step, s.rank, s.start_ns, s.bubble_ratio, coalesce(r.node,0) FROM step_stats s"
-                                 " LEFT JOIN ranks r ON r.job_id=s.job_id AND r.rank=s.rank"
-                                 " WHERE s.job_id=?1%s ORDER BY s.rank, s.step",
-                                 where, x->job, &st)
-                    : SQLITE_NOMEM;
-    sqlite3_free(where);
-    if (prc != SQLITE_OK) return sql_fail(x->db, "reading step_stats", err);
+    if (prepare_filtered(x,
+                         "SELECT s.step, s.rank, s.start_ns, s.bubble_ratio, coalesce(r.node,0) FROM step_stats s"
+                         " LEFT JOIN ranks r ON r.job_id=s.job_id AND r.rank=s.rank"
+                         " WHERE s.job_id=?1%s ORDER BY s.rank, s.step",
+                         "", "s.step", "s.rank", &st) != SQLITE_OK)
+        return sql_fail(x->db, "reading step_stats", err);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t start = 0;

@@ -717,6 +717,19 @@ static int count_rows(sqlite3 *db, const char *sql) {
     return n;
 }
 
+/* `pprun export --db path OPTION 'value' --out json` exits 2 saying `says`
+ * and leaves no file. */
+static void export_refuses(const char *path, const char *option, const char *value, const char *says,
+                           const char *json) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "--db %s %s '%s' --out %s", path, option, value, json);
+    cr_assert_eq(run(cmd, tfix_path("err.txt")), 2, "%s %s", option, value);
+    char *m = slurp(tfix_path("err.txt"));
+    cr_assert(strstr(m, says), "%s %s: %s", option, value, m);
+    free(m);
+    cr_assert_neq(access(json, F_OK), 0, "%s %s left %s behind", option, value, json);
+}
+
 /* --steps 1-2 of a 3-step job: those steps' ops, losses, bubble ratios and
  * critical paths, nothing of step 0, every thread still named. */
 Test(db_export, steps_exports_only_those_steps, .timeout = 60) {
@@ -789,14 +802,8 @@ Test(db_export, steps_exports_only_those_steps, .timeout = 60) {
         {"1-2-3", "--steps: '1-2-3' is not a step"},
         {"99999999999", "--steps: '99999999999' is not a step"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "--db %s --steps '%s' --out %s", path, bad[i].steps, json);
-        cr_assert_eq(run(cmd, tfix_path("err.txt")), 2, "--steps %s", bad[i].steps);
-        char *m = slurp(tfix_path("err.txt"));
-        cr_assert(strstr(m, bad[i].says), "--steps %s: %s", bad[i].steps, m);
-        free(m);
-        cr_assert_neq(access(json, F_OK), 0, "--steps %s left %s behind", bad[i].steps, json);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        export_refuses(path, "--steps", bad[i].steps, bad[i].says, json);
     fixture_remove(path);
 }
 
@@ -864,14 +871,8 @@ Test(db_export, ranks_exports_only_those_ranks, .timeout = 60) {
         {"x", "--ranks 'x' is not a list of ranks"},
         {"+1", "--ranks '+1' is not a list of ranks"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "--db %s --ranks '%s' --out %s", path, bad[i].ranks, json);
-        cr_assert_eq(run(cmd, tfix_path("err.txt")), 2, "--ranks %s", bad[i].ranks);
-        char *m = slurp(tfix_path("err.txt"));
-        cr_assert(strstr(m, bad[i].says), "--ranks %s: %s", bad[i].ranks, m);
-        free(m);
-        cr_assert_neq(access(json, F_OK), 0, "--ranks %s left %s behind", bad[i].ranks, json);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        export_refuses(path, "--ranks", bad[i].ranks, bad[i].says, json);
     fixture_remove(path);
 }
 

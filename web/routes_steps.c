@@ -44,13 +44,10 @@ static void steps_write(jw *w, long step, const steps_line *l, const job_info *j
         jw_kint_or_null(w, "end", -1);
         jw_kint_or_null(w, "time_ns", -1);
     }
-    jw_key(w, "loss");
-    if (l->has_loss) jw_num(w, l->loss);
-    else jw_null(w);
+    /* jw_num writes NaN and infinities as null: no loss, no rank */
+    jw_knum(w, "loss", l->has_loss ? l->loss : NAN);
     jw_kint(w, "losses", l->nloss);
-    jw_key(w, "eval_loss");
-    if (l->has_eval) jw_num(w, l->eval);
-    else jw_null(w);
+    jw_knum(w, "eval_loss", l->has_eval ? l->eval : NAN);
     jw_kint(w, "eval_losses", l->neval);
     double sum = 0, lo = INFINITY, hi = -INFINITY;
     int64_t act_max = -1;
@@ -69,15 +66,9 @@ static void steps_write(jw *w, long step, const steps_line *l, const job_info *j
             else jw_null(w);
         jw_arr_end(w);
     }
-    jw_key(w, "bubble_ratio_mean");
-    if (l->nranks) jw_num(w, sum / l->nranks);
-    else jw_null(w);
-    jw_key(w, "bubble_ratio_min");
-    if (l->nranks) jw_num(w, lo);
-    else jw_null(w);
-    jw_key(w, "bubble_ratio_max");
-    if (l->nranks) jw_num(w, hi);
-    else jw_null(w);
+    jw_knum(w, "bubble_ratio_mean", l->nranks ? sum / l->nranks : NAN);
+    jw_knum(w, "bubble_ratio_min", lo);
+    jw_knum(w, "bubble_ratio_max", hi);
     if (per_rank) {
         jw_key(w, "act_peak_bytes");
         jw_arr(w);
