@@ -189,6 +189,7 @@ let ranksOf = { job: null, step: null, complete: false, ratios: null, asking: fa
 function resetStepRanks() { ranksOf = { job: null, step: null, complete: false, ratios: null, asking: false }; }
 function stepRatios(st) {
   if (st.bubble_ratio) return st.bubble_ratio;
+  if (st.complete && S.liveRanks && S.liveRanks.step === st.step) return S.liveRanks.ratios; // following live: no ask
   const k = ranksOf, complete = !!st.complete;
   if (k.job === S.job && k.step === st.step && k.complete === complete && k.ratios) return k.ratios;
   if (k.asking) return null; // the step shown then is asked for when this answer is in

@@ -38,7 +38,7 @@ export async function loadJobs() {
 
 export async function openJob(id) {
   if (stream) stream.abort();
-  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, actRankPeak: [], stepsDirty: 0,
+  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, actRankPeak: [], liveRanks: null, stepsDirty: 0,
     spanLane: false, highlight: null });
   resetHeatmap();
   $('legend-spans').hidden = true;

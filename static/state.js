@@ -21,6 +21,7 @@ export const S = {
   spanLane: false, // a lane under each rank for the program's own spans: once the page has seen one of the job's
   actRecorded: false, // the steps record the activations held (charts.js): a W's 0 B is then worth saying
   actRankPeak: [], // the most each rank held in any step so far (the --max-mem bound's unit: charts.js)
+  liveRanks: null, // past RANKS_DRAWN ranks, the newest live step's { step, ratios } before they were dropped (charts.js)
 };
 
 // The most ranks the step charts draw one by one (a line and a bar each).
@@ -75,7 +76,10 @@ export function world() { return S.info ? S.info.job.world_size : 1; }
 export function mergeStep(s) {
   const a = S.steps, old = S.stepAt.get(s.step);
   if (s.act_peak_bytes) foldRankPeaks(s.act_peak_bytes);
-  if (world() > RANKS_DRAWN) dropRanks(s);
+  if (world() > RANKS_DRAWN) {
+    if (s.bubble_ratio && s.complete) S.liveRanks = { step: s.step, ratios: s.bubble_ratio };
+    dropRanks(s);
+  }
   let lo = a.length;
   if (lo && a[lo - 1].step >= s.step) {
     lo = 0;
