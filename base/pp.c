@@ -516,6 +516,30 @@ void pp_task_limits(char *buf, size_t cap) {
              nproc, geteuid() == 0 ? ", which root is exempt from" : "", threads, pids);
 }
 
+long pp_threads_left(char *buf, size_t cap) {
+    char threads[32], pids[32], line[128];
+    long running = -1, left = -1;
+    proc_sys_number("/proc/sys/kernel/threads-max", threads, sizeof threads);
+    proc_sys_number("/proc/sys/kernel/pid_max", pids, sizeof pids);
+    FILE *f = fopen("/proc/loadavg", "re"); /* "0.00 0.01 0.05 2/468 4567": 468 threads */
+    if (f && fgets(line, sizeof line, f)) sscanf(line, "%*s %*s %*s %*d/%ld", &running);
+    if (f) fclose(f);
+    const char *names[2] = {"kernel.threads-max", "kernel.pid_max"}, *values[2] = {threads, pids};
+    for (int i = 0; i < 2 && running >= 0; i++) {
+        long v = strtol(values[i], NULL, 10);
+        if (values[i][0] == '?' || (left >= 0 && v - running >= left)) continue;
+        left = v - running;
+        snprintf(buf, cap, "%s %ld, %ld running", names[i], v, running);
+    }
+    struct rlimit rl;
+    if (geteuid() != 0 && getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (left < 0 || (long)rl.rlim_cur < left)) {
+        left = (long)rl.rlim_cur;
+        snprintf(buf, cap, "this user's RLIMIT_NPROC, `ulimit -u`: %ld", left);
+    }
+    return left;
+}
+
 int pp_cpu_count(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);

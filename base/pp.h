@@ -67,6 +67,12 @@ uint64_t pp_memory_bytes(void);
  * -u`: 4096) or the system's (kernel.threads-max 192730, kernel.pid_max
  * 32768, a cgroup's pids.max)". Threads count against all of them. */
 void pp_task_limits(char *buf, size_t cap);
+/* How many more threads this process's user may start before a limit stops
+ * them: the least of kernel.threads-max and kernel.pid_max less the
+ * threads running on the machine (/proc/loadavg), and for a user other
+ * than root RLIMIT_NPROC; which one into buf ("kernel.pid_max 32768, 468
+ * running"). -1 where none could be read. */
+long pp_threads_left(char *buf, size_t cap);
 /* Deadlines on the pp_now_ns clock for "timeout_ms, negative = no limit":
  * the deadline timeout_ms from now (UINT64_MAX if timeout_ms < 0); the
  * milliseconds left until it, rounded up (-1 for UINT64_MAX, 0 once passed);

@@ -235,6 +235,17 @@ Test(base, rank_lists) {
     }
 }
 
+/* The threads left: the kernel's limits less the threads running (root:
+ * no RLIMIT_NPROC), named; at least this one thread's own less. */
+Test(base, the_threads_left_name_their_limit) {
+    char which[128] = "";
+    long left = pp_threads_left(which, sizeof which);
+    if (left < 0) cr_skip_test("no /proc/loadavg or /proc/sys/kernel here");
+    cr_assert_gt(left, 0);
+    cr_assert(strstr(which, "running") || strstr(which, "RLIMIT_NPROC"), "%s", which);
+    if (geteuid() == 0) cr_assert(strncmp(which, "kernel.", 7) == 0, "root is exempt from RLIMIT_NPROC: %s", which);
+}
+
 Test(base, the_rate_limit_writes_a_burst_then_counts_what_it_held_back) {
     pp_ratelimit rl = {0};
     unsigned long held = 99;

@@ -422,46 +422,53 @@ static int processes_of(uid_t uid) {
     return n;
 }
 
-/* A rank that cannot start because the process limit was hit (fork:
- * EAGAIN) is said to be that, with how many of the ranks had started; those
- * are stopped. pprun runs as a user of its own under `ulimit -u 8`: root is
- * exempt from RLIMIT_NPROC, so only root, which can become another user,
- * runs it. */
-Test(launch_fail, a_process_limit_hit_while_starting_ranks_is_named_with_how_many_started, .timeout = 90) {
+/* pprun with args as LIMITED_UID under `ulimit -u nproc` into *p (its
+ * output in p->out, p->err), ended (killed after 60 s): root is exempt
+ * from RLIMIT_NPROC, so only root, which can become another user, runs it;
+ * skips where it cannot. */
+static void run_limited(const char *const *args, rlim_t nproc, lt_proc *p) {
     if (geteuid() != 0) cr_skip_test("needs root: to run pprun as a user of its own under RLIMIT_NPROC");
     for (int i = 0; i < 500 && processes_of(LIMITED_UID) > 0; i++)
         usleep(10000);
     if (processes_of(LIMITED_UID) > 0)
         cr_skip_test("uid %d runs processes already: the limit would count them", LIMITED_UID);
-    const char *args[] = {"launch", "--nproc-per-node", "16", "--", "sleep", "5", NULL};
-    lt_proc p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.dir, sizeof p.dir, "/tmp/pprun-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(p.dir));
+    memset(p, 0, sizeof *p);
+    snprintf(p->dir, sizeof p->dir, "/tmp/pprun-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(p->dir));
+    chmod(p->dir, 0777); /* the user's working folder */
     char out[128], errf[128];
-    snprintf(out, sizeof out, "%s/out.txt", p.dir);
-    snprintf(errf, sizeof errf, "%s/err.txt", p.dir);
+    snprintf(out, sizeof out, "%s/out.txt", p->dir);
+    snprintf(errf, sizeof errf, "%s/err.txt", p->dir);
     fflush(NULL);
     pid_t parent = getpid();
-    p.pid = fork();
-    cr_assert_geq(p.pid, 0);
-    if (p.pid == 0) {
+    p->pid = fork();
+    cr_assert_geq(p->pid, 0);
+    if (p->pid == 0) {
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(127);
         int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fo, 1);
         dup2(fe, 2);
-        struct rlimit rl = {8, 8};
+        struct rlimit rl = {nproc, nproc};
         if (setgroups(0, NULL) != 0 || setgid(LIMITED_UID) != 0 || setuid(LIMITED_UID) != 0 ||
-            setrlimit(RLIMIT_NPROC, &rl) != 0) {
+            setrlimit(RLIMIT_NPROC, &rl) != 0 || chdir(p->dir) != 0) {
             fprintf(stderr, "cannot become uid %d: %s\n", LIMITED_UID, strerror(errno));
             _exit(125);
         }
         lt_exec(args);
     }
-    int ended = lt_wait_within(&p, 60);
-    if (!ended) kill(p.pid, SIGKILL), lt_wait(&p);
-    cr_assert(ended, "pprun did not end: %s", p.err);
-    if (p.status == 125 && strstr(p.err, "cannot become")) cr_skip_test("%s", p.err);
+    int ended = lt_wait_within(p, 60);
+    if (!ended) kill(p->pid, SIGKILL), lt_wait(p);
+    cr_assert(ended, "pprun did not end: %s", p->err);
+    if (p->status == 125 && strstr(p->err, "cannot become")) cr_skip_test("%s", p->err);
+}
+
+/* A rank that cannot start because the process limit was hit (fork:
+ * EAGAIN) is said to be that, with how many of the ranks had started; those
+ * are stopped (under `ulimit -u 8`). */
+Test(launch_fail, a_process_limit_hit_while_starting_ranks_is_named_with_how_many_started, .timeout = 90) {
+    const char *args[] = {"launch", "--nproc-per-node", "16", "--", "sleep", "5", NULL};
+    lt_proc p;
+    run_limited(args, 8, &p);
     cr_assert_eq(p.status, 1, "exit %d: %s", p.status, p.err);
     int rank = -1, started = -1;
     const char *at = strstr(p.err, "pprun launch: rank ");
@@ -582,6 +589,22 @@ Test(launch_fail, a_rank_killed_for_memory_is_said_to_be, .timeout = 90) {
     /* the count is the machine's: another test's process may be killed meanwhile */
     lt_assert_has(p.err, "cause     : the kernel's out-of-memory killer, most likely: it killed ");
     lt_assert_has(p.err, " on this node during the attempt (oom_kill in /proc/vmstat; `dmesg` names them)");
+    lt_free(&p);
+}
+
+/* A job whose ranks may start more threads than the user may (each a
+ * reader and a sender for every rank it talks to: 16 ranks in groups of 8,
+ * up to 304, under `ulimit -u 100`) is warned before it starts, naming the
+ * limit; it ends either way. */
+Test(launch_fail, a_job_that_may_need_more_threads_than_are_left_is_warned, .timeout = 90) {
+    const char *args[] = {
+        "run",     "--trace", "off",     "--nproc-per-node",        "16",         "--pp", "2", "--dp", "8",
+        "--steps", "1",       "--model", "timed:f=1ms,b=1ms,w=1ms", "--progress", "off",  NULL};
+    lt_proc p;
+    run_limited(args, 100, &p);
+    lt_assert_has(p.err, "pprun run: warning: the 16 ranks of this node may start up to 304 threads (a reader and a "
+                         "sender for each rank a rank talks to: 7 of its data-parallel group, 1 pipeline neighbour;");
+    lt_assert_has(p.err, "more than the 100 the machine has left (this user's RLIMIT_NPROC, `ulimit -u`: 100)");
     lt_free(&p);
 }
 

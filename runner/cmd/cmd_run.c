@@ -60,6 +60,7 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     job_checks_say_costs(&job);
+    job_checks_say_threads(&job);
     job_nodes_address(&job);
     /* Before the database: --mps on without a daemon exits 2, leaving nothing. */
     if (job_mps_start(&job.mps, job.lo.shutdown_timeout_ns, &err) != 0) {

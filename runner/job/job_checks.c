@@ -418,6 +418,24 @@ int job_check(run_job *job, pp_err *err) {
     return launch_check_program(&job->lo, err);
 }
 
+void job_checks_say_threads(const run_job *job) {
+    if (job->program) return; /* a program's own collectives */
+    long ranks = job->lo.nproc_per_node, dp = job->cfg.dp, pp = job->cfg.pp;
+    /* its data-parallel group and its pipeline neighbours; then its own
+     * three (the main, comm's monitor, the all-reduce's): 35 a rank
+     * measured at --pp 4 --dp 16 */
+    long peers = (dp - 1) + (pp > 2 ? 2 : pp - 1), need = ranks * (2 * peers + 3);
+    char which[128] = "";
+    long left = pp_threads_left(which, sizeof which);
+    if (left < 0 || need <= left) return;
+    fprintf(stderr,
+            "pprun run: warning: the %ld ranks of this node may start up to %ld threads (a reader and a sender for "
+            "each rank a rank talks to: %ld of its data-parallel group, %ld pipeline neighbour%s; docs/comm.md, "
+            "\"Threads\"), more than the %ld the machine has left (%s): a rank that cannot start one fails the job; "
+            "raise the limit or run fewer ranks a node\n",
+            ranks, need, dp - 1, pp > 2 ? 2 : pp - 1, pp == 2 ? "" : "s", left, which);
+}
+
 void job_checks_say_costs(const run_job *job) {
     if (job->act_about[0])
         fprintf(stderr, "pprun run: --max-mem bounds each stage by the bytes %s measured (%s)\n",

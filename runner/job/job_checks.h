@@ -15,5 +15,9 @@ int job_check(run_job *job, pp_err *err);
 /* With --schedule-costs DB: one line on stderr saying which costs zb-v's
  * order was built for, and from which job of DB. */
 void job_checks_say_costs(const run_job *job);
+/* A warning where the threads this node's ranks may start (comm: a reader
+ * and a sender for every rank a rank talks to) are more than the machine
+ * has left (pp_threads_left). */
+void job_checks_say_threads(const run_job *job);
 
 #endif
