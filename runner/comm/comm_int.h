@@ -171,8 +171,8 @@ int comm_shm_attach(comm_peer *p, pp_err *err);
  * /dev/shm is short): every pair of a node's ranks could hold one (a
  * data-parallel group talks all to all: 64 ranks are 2,016 pairs, 16 GB in
  * 4 MiB rings, which ran a 23 GB machine out of memory at 256 ranks on it),
- * so they shrink until node_ranks' pairs fit in an eighth of the node's
- * memory, to 256 KiB at the least. On 16 GB: 4 MiB up to 23 ranks a node,
+ * so they shrink until node_ranks' pairs fit in an eighth of `memory` (the
+ * process's: pp_memory_bytes), to 256 KiB at the least. On 16 GB: 4 MiB up to 23 ranks a node,
  * 1 MiB up to 45 (docs/comm.md, "Shared memory"). */
 size_t comm_shm_ring_bytes(int node_ranks, uint64_t memory);
 int comm_shm_start_reader(comm_peer *p);
