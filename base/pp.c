@@ -455,13 +455,21 @@ int pp_parse_ranks(const char *s, int world, const char *what, unsigned char *ma
                    what, s);
 }
 
-/* A number in a /proc/sys file, or "?". */
-static void proc_sys_number(const char *path, char *out, size_t cap) {
-    unsigned long long v;
+/* The number in a /proc/sys file, or -1 where it cannot be read. */
+static long proc_sys_number(const char *path) {
+    long v = -1;
     FILE *f = fopen(path, "re");
-    if (f && fscanf(f, "%llu", &v) == 1) snprintf(out, cap, "%llu", v);
-    else snprintf(out, cap, "?");
+    if (f && fscanf(f, "%ld", &v) != 1) v = -1;
     if (f) fclose(f);
+    return v;
+}
+
+/* The kernel's two limits on threads, a machine's, [threads-max, pid_max]
+ * (-1: unknown), and their names. */
+static const char *const kernel_limit_names[2] = {"kernel.threads-max", "kernel.pid_max"};
+static void kernel_limits(long v[2]) {
+    v[0] = proc_sys_number("/proc/sys/kernel/threads-max");
+    v[1] = proc_sys_number("/proc/sys/kernel/pid_max");
 }
 
 int pp_memory_cgroup(char *dir, size_t cap, const char **limit_file) {
@@ -505,31 +513,33 @@ uint64_t pp_memory_bytes(void) {
 
 void pp_task_limits(char *buf, size_t cap) {
     struct rlimit rl;
-    char nproc[32] = "unlimited", threads[32], pids[32];
+    char nproc[32] = "unlimited", limit[2][32];
     if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         snprintf(nproc, sizeof nproc, "%llu", (unsigned long long)rl.rlim_cur);
-    proc_sys_number("/proc/sys/kernel/threads-max", threads, sizeof threads);
-    proc_sys_number("/proc/sys/kernel/pid_max", pids, sizeof pids);
+    long v[2];
+    kernel_limits(v);
+    for (int i = 0; i < 2; i++)
+        if (v[i] < 0)
+            snprintf(limit[i], sizeof limit[i], "?");
+        else
+            snprintf(limit[i], sizeof limit[i], "%ld", v[i]);
     snprintf(buf, cap,
-             "this user's (RLIMIT_NPROC, `ulimit -u`: %s%s) or the system's (kernel.threads-max %s, kernel.pid_max %s, "
-             "a cgroup's pids.max)",
-             nproc, geteuid() == 0 ? ", which root is exempt from" : "", threads, pids);
+             "this user's (RLIMIT_NPROC, `ulimit -u`: %s%s) or the system's (%s %s, %s %s, a cgroup's pids.max)", nproc,
+             geteuid() == 0 ? ", which root is exempt from" : "", kernel_limit_names[0], limit[0],
+             kernel_limit_names[1], limit[1]);
 }
 
 long pp_threads_left(char *buf, size_t cap) {
-    char threads[32], pids[32], line[128];
-    long running = -1, left = -1;
-    proc_sys_number("/proc/sys/kernel/threads-max", threads, sizeof threads);
-    proc_sys_number("/proc/sys/kernel/pid_max", pids, sizeof pids);
+    char line[128];
+    long running = -1, left = -1, v[2];
     FILE *f = fopen("/proc/loadavg", "re"); /* "0.00 0.01 0.05 2/468 4567": 468 threads */
     if (f && fgets(line, sizeof line, f)) sscanf(line, "%*s %*s %*s %*d/%ld", &running);
     if (f) fclose(f);
-    const char *names[2] = {"kernel.threads-max", "kernel.pid_max"}, *values[2] = {threads, pids};
+    kernel_limits(v);
     for (int i = 0; i < 2 && running >= 0; i++) {
-        long v = strtol(values[i], NULL, 10);
-        if (values[i][0] == '?' || (left >= 0 && v - running >= left)) continue;
-        left = v - running;
-        snprintf(buf, cap, "%s %ld, %ld running", names[i], v, running);
+        if (v[i] < 0 || (left >= 0 && v[i] - running >= left)) continue;
+        left = v[i] - running;
+        snprintf(buf, cap, "%s %ld, %ld running", kernel_limit_names[i], v[i], running);
     }
     struct rlimit rl;
     if (geteuid() != 0 && getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&

@@ -2,9 +2,9 @@
 // evaluation loss of the steps an evaluation followed, --eval-every), bubble
 // ratio per step (the mean and each rank's; past RANKS_DRAWN ranks the
 // least and the most of them), bubble ratio per rank for the step shown,
-// and the activations held, with the job's --max-mem bound where it has one. Each series is appended as steps
-// arrive (linechart.js), so a redraw while following a job costs about the
-// same at any length.
+// and the activations held, with the job's --max-mem bound where it has
+// one. Each series is appended as steps arrive (linechart.js), so a redraw
+// while following a job costs about the same at any length.
 import { S, world, cutShort, lastStep, RANKS_DRAWN } from './state.js';
 import { $, fmtBytes, sizeCanvas } from './util.js';
 import { api } from './api.js';

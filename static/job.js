@@ -160,8 +160,8 @@ function checkTraceLink(id) {
 
 // The steps from since on, a page at a time (a full page has the `limit`
 // the server applied); with each rank's bubble ratio and held bytes where
-// perRank (the job's size, while it is not known: world() is 1). False when
-// another job opened meanwhile.
+// perRank (by default, by the size of the job open). False when another
+// job opened meanwhile.
 async function loadSteps(id, since = 0, perRank = world() <= RANKS_DRAWN) {
   for (;;) {
     const r = await api(`/api/jobs/${id}/steps?since=${since}&per_rank=${perRank ? 1 : 0}`);

@@ -645,12 +645,13 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
     c->node_given = cfg->rank_node != NULL;
 
     for (int r = 0; r < c->world; r++) c->peers[r].pidfd = c->peers[r].out_fd = c->peers[r].in_fd = -1;
-    int need_tcp = 0;
+    int need_tcp = 0, node_ranks = 0;
     for (int r = 0; r < c->world; r++) {
         comm_peer *p = &c->peers[r];
         p->c = c;
         p->rank = r;
         p->same_node = c->node[r] == c->node[c->rank];
+        node_ranks += p->same_node;
         p->kind = force ? force : p->same_node ? COMM_SHM : COMM_TCP;
         pthread_mutex_init(&p->mu, NULL);
         pthread_mutex_init(&p->setup_mu, NULL);
@@ -666,6 +667,7 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
         }
         if (p->kind == COMM_TCP) need_tcp = 1;
     }
+    c->shm_ring = comm_shm_first_ring(node_ranks);
 
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (c->wake_fd < 0) {

@@ -128,6 +128,7 @@ typedef struct comm {
     int monitor_started;
     _Atomic int stopping;
     _Atomic int peer_threads;  /* reader and sender threads started, for messages */
+    size_t shm_ring;           /* the first ring size a shm pair tries (comm_shm_first_ring), once */
     comm_peer *peers;          /* [world] */
 } comm;
 
@@ -175,6 +176,10 @@ int comm_shm_attach(comm_peer *p, pp_err *err);
  * process's: pp_memory_bytes), to 256 KiB at the least. On 16 GB: 4 MiB up to 23 ranks a node,
  * 1 MiB up to 45 (docs/comm.md, "Shared memory"). */
 size_t comm_shm_ring_bytes(int node_ranks, uint64_t memory);
+/* The same for this process's memory (pp_memory_bytes: a container's
+ * limit counts /dev/shm's pages too), as the index of the first ring size
+ * to try: comm.shm_ring. */
+size_t comm_shm_first_ring(int node_ranks);
 int comm_shm_start_reader(comm_peer *p);
 /* comm_recv's wait, p->mu held: on a shm peer whose ring nobody reads, it
  * reads the ring itself until a message is handed over; if it is empty, it

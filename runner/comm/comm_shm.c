@@ -126,12 +126,8 @@ static size_t ring_index(int node_ranks, uint64_t memory) {
 
 size_t comm_shm_ring_bytes(int node_ranks, uint64_t memory) { return ring_sizes[ring_index(node_ranks, memory)]; }
 
-/* ring_index of this rank's node: its ranks, and the memory this process
- * may use (a container's limit counts /dev/shm's pages too). */
-static size_t first_ring_index(const comm *c) {
-    int here = 0;
-    for (int r = 0; r < c->world; r++) here += c->node[r] == c->node[c->rank];
-    return ring_index(here, pp_memory_bytes());
+size_t comm_shm_first_ring(int node_ranks) {
+    return ring_index(node_ranks, pp_memory_bytes());
 }
 
 int comm_shm_attach(comm_peer *p, pp_err *err) {
@@ -152,7 +148,7 @@ int comm_shm_attach(comm_peer *p, pp_err *err) {
         /* Reserve the pages now: a full /dev/shm is an error here (or a
          * smaller ring), not a SIGBUS later. */
         int e = 0;
-        for (size_t i = first_ring_index(c); i < sizeof ring_sizes / sizeof *ring_sizes; i++) {
+        for (size_t i = c->shm_ring; i < sizeof ring_sizes / sizeof *ring_sizes; i++) {
             cap = ring_sizes[i];
             size = hdr_bytes() + 2 * cap;
             if (!(e = posix_fallocate(fd, 0, (off_t)size))) break;

@@ -424,7 +424,7 @@ void job_checks_say_threads(const run_job *job) {
     /* its data-parallel group and its pipeline neighbours; then its own
      * three (the main, comm's monitor, the all-reduce's): 35 a rank
      * measured at --pp 4 --dp 16 */
-    long peers = (dp - 1) + (pp > 2 ? 2 : pp - 1), need = ranks * (2 * peers + 3);
+    long neighbours = pp > 2 ? 2 : pp - 1, need = ranks * (2 * (dp - 1 + neighbours) + 3);
     char which[128] = "";
     long left = pp_threads_left(which, sizeof which);
     if (left < 0 || need <= left) return;
@@ -433,7 +433,7 @@ void job_checks_say_threads(const run_job *job) {
             "each rank a rank talks to: %ld of its data-parallel group, %ld pipeline neighbour%s; docs/comm.md, "
             "\"Threads\"), more than the %ld the machine has left (%s): a rank that cannot start one fails the job; "
             "raise the limit or run fewer ranks a node\n",
-            ranks, need, dp - 1, pp > 2 ? 2 : pp - 1, pp == 2 ? "" : "s", left, which);
+            ranks, need, dp - 1, neighbours, neighbours == 1 ? "" : "s", left, which);
 }
 
 void job_checks_say_costs(const run_job *job) {
