@@ -650,9 +650,12 @@ int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
     for (;;) {
         int pr = wait_for_events(&a, err);
         if (pr > 0 && a.pfds[0].revents) on_signals(&a);
-        if (pr > 0 && a.watch_idx >= 0 && a.pfds[a.watch_idx].revents) on_attempt_end(&a, err);
         if (pr > 0) pump_output(&a);
+        /* A rank of this node that died before the other nodes' end came
+         * in the same wake-up is this node's failure, not a rank lost in
+         * the teardown: its crash may be the root cause that ended them */
         reap_ranks(&a);
+        if (pr > 0 && a.watch_idx >= 0 && a.pfds[a.watch_idx].revents) on_attempt_end(&a, err);
         if (attempt_over(&a)) break;
     }
     reap_leftovers(c);
