@@ -126,9 +126,13 @@ static int generate(const char *path, long target, long *steps_out) {
             fprintf(stderr, "  %ld/%ld steps\n", s + 1, steps);
         }
     }
-    /* The rows went in by SQL, not through db_insert_events: their runs
-     * (schema.sql's event_runs) from them, as the migration makes them. */
-    sqlite3_exec(db, "COMMIT; BEGIN; DELETE FROM event_runs;" DB_EVENT_RUNS_OF_ROWS "; COMMIT", NULL, NULL, NULL);
+    /* The rows went in by SQL, not through db_insert_events and the
+     * analyses: their runs (schema.sql's event_runs) and the steps' totals
+     * from them, as the migrations make them. */
+    sqlite3_exec(db,
+                 "COMMIT; BEGIN; DELETE FROM event_runs;" DB_EVENT_RUNS_OF_ROWS ";" DB_STEP_TOTALS_OF(
+                     "") ";" DB_STEP_IDLE_TOTALS_OF("") "; COMMIT",
+                 NULL, NULL, NULL);
     sqlite3_finalize(ev);
     sqlite3_finalize(ss);
     sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);

@@ -369,8 +369,8 @@ static int load_ops(sqlite3_stmt *st, int64_t job, int step, const char *source,
 }
 
 /* The statements of the analyses, prepared once (analyze.h). */
-enum { A_LOAD, A_STAGES, A_BEGIN, A_COMMIT, A_ROLLBACK, A_DEL_STATS, A_DEL_GAPS, A_DEL_IDLE, A_STAT, A_GAP, A_IDLE,
-       A_COUNT };
+enum { A_LOAD, A_STAGES, A_BEGIN, A_COMMIT, A_ROLLBACK, A_DEL_STATS, A_DEL_GAPS, A_DEL_IDLE, A_DEL_TOTALS,
+       A_DEL_IDLE_TOTALS, A_STAT, A_GAP, A_IDLE, A_TOTALS, A_IDLE_TOTALS, A_COUNT };
 static const char *const analyzer_sql[A_COUNT] = {
     [A_LOAD] = LOAD_SQL,
     [A_STAGES] = "SELECT stages FROM jobs WHERE id=?",
@@ -380,10 +380,15 @@ static const char *const analyzer_sql[A_COUNT] = {
     [A_DEL_STATS] = "DELETE FROM step_stats WHERE job_id=?1 AND step=?2",
     [A_DEL_GAPS] = "DELETE FROM gaps WHERE job_id=?1 AND step=?2",
     [A_DEL_IDLE] = "DELETE FROM step_idle WHERE job_id=?1 AND step=?2",
+    [A_DEL_TOTALS] = "DELETE FROM step_totals WHERE job_id=?1 AND step=?2",
+    [A_DEL_IDLE_TOTALS] = "DELETE FROM step_idle_totals WHERE job_id=?1 AND step=?2",
     [A_STAT] = ("INSERT INTO step_stats(job_id,step,rank,start_ns,end_ns,busy_ns,bubble_ns,bubble_ratio,"
                 "act_peak_bytes) VALUES(?,?,?,?,?,?,?,?,?)"),
     [A_GAP] = "INSERT INTO gaps(job_id,step,rank,start_ns,end_ns,cause,next_action) VALUES(?,?,?,?,?,?,?)",
     [A_IDLE] = "INSERT INTO step_idle(job_id,step,rank,cause,idle_ns) VALUES(?,?,?,?,?)",
+    /* the step's totals from the rows just written: a pass over its ranks' */
+    [A_TOTALS] = DB_STEP_TOTALS_OF("WHERE job_id=?1 AND step=?2"),
+    [A_IDLE_TOTALS] = DB_STEP_IDLE_TOTALS_OF("WHERE job_id=?1 AND step=?2"),
 };
 
 struct analyzer {
@@ -418,6 +423,13 @@ static int run(sqlite3_stmt *st) {
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
     return rc;
+}
+
+/* run() of a statement whose ?1 is the job and ?2 the step. */
+static int run_for_step(sqlite3_stmt *st, int64_t job, int step) {
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int(st, 2, step);
+    return run(st);
 }
 
 static int job_stages(analyzer *a, int64_t job) {
@@ -461,11 +473,8 @@ int analyzer_step(analyzer *a, int64_t job, int step, pp_err *err) {
         free(ops);
         return db_fail(d, rc, what, err);
     }
-    for (int k = A_DEL_STATS; k <= A_DEL_IDLE && rc == SQLITE_DONE; k++) {
-        sqlite3_bind_int64(a->st[k], 1, job);
-        sqlite3_bind_int(a->st[k], 2, step);
-        rc = run(a->st[k]);
-    }
+    for (int k = A_DEL_STATS; k <= A_DEL_IDLE_TOTALS && rc == SQLITE_DONE; k++)
+        rc = run_for_step(a->st[k], job, step);
     size_t c = ncompute;
     for (size_t i = 0; i < ncompute && rc == SQLITE_DONE;) {
         int rank = ops[i].rank;
@@ -479,6 +488,7 @@ int analyzer_step(analyzer *a, int64_t job, int step, pp_err *err) {
         c = ce;
     }
     free(ops);
+    for (int k = A_TOTALS; k <= A_IDLE_TOTALS && rc == SQLITE_DONE; k++) rc = run_for_step(a->st[k], job, step);
     if (rc != SQLITE_DONE) {
         db_fail(d, rc, what, err);
         run(a->st[A_ROLLBACK]);

@@ -353,7 +353,7 @@ int critpath_read(sqlite3 *db, int64_t job, int ranks, critpath_report *r, pp_er
     int steps[CRITPATH_STEPS + 1], n = 0, rc;
     while (n <= CRITPATH_STEPS && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t step = 0; /* read wide: an int would wrap a forged 2^32 + 1 to step 1 */
-        if (bounds_col(st, 0, &bounds_step, job, "step_stats.step", &step, err) != 0) {
+        if (bounds_col(st, 0, &bounds_step, job, "step_totals.step", &step, err) != 0) {
             sqlite3_finalize(st);
             return -1;
         }

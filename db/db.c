@@ -201,6 +201,17 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "DROP TABLE IF EXISTS event_run_span;"
     "CREATE TABLE event_run_span (job_id INTEGER PRIMARY KEY, span_ns INTEGER NOT NULL);"
     DB_EVENT_RUNS_OF_ROWS ";",
+    /* 10 -> 11: a step's totals, summed from the rows already analysed
+     * (a pass over step_stats and step_idle, once); the wait_dp rows'
+     * index */
+    "CREATE TABLE step_totals (job_id INTEGER NOT NULL, step INTEGER NOT NULL, ranks INTEGER NOT NULL,"
+    " start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, bubble_ratio_mean REAL NOT NULL,"
+    " bubble_ratio_min REAL NOT NULL, bubble_ratio_max REAL NOT NULL, act_peak_bytes_max INTEGER NOT NULL,"
+    " PRIMARY KEY (job_id, step)) WITHOUT ROWID;"
+    "CREATE TABLE step_idle_totals (job_id INTEGER NOT NULL, step INTEGER NOT NULL, cause TEXT NOT NULL,"
+    " idle_ns INTEGER NOT NULL, PRIMARY KEY (job_id, step, cause)) WITHOUT ROWID;"
+    "CREATE INDEX step_idle_wait_dp ON step_idle(job_id, step, rank, idle_ns) WHERE cause = 'wait_dp';"
+    DB_STEP_TOTALS_OF("") ";" DB_STEP_IDLE_TOTALS_OF("") ";",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction, if the file
@@ -617,6 +628,11 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
         {"event_runs", NULL,
          "CREATE TEMP VIEW IF NOT EXISTS event_runs AS SELECT job_id, rank, end_ns, id AS first_id, id AS last_id,"
          " start_ns, source FROM main.events"},
+        /* a step's totals summed when read, from the rows (views above,
+         * where the file is older still) */
+        {"step_totals", NULL, "CREATE TEMP VIEW IF NOT EXISTS step_totals AS " DB_STEP_TOTALS_SELECT("")},
+        {"step_idle_totals", NULL,
+         "CREATE TEMP VIEW IF NOT EXISTS step_idle_totals AS " DB_STEP_IDLE_TOTALS_SELECT("")},
         /* no span known: the runs' range is not bounded above (DB_RUN_SPAN) */
         {"event_run_span", NULL,
          "CREATE TEMP VIEW IF NOT EXISTS event_run_span AS SELECT 0 AS job_id, 0 AS span_ns WHERE 0"},
@@ -635,19 +651,30 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
 }
 
 int db_reader_refresh(sqlite3 *sql) {
+    /* the views db_reader_init made for tables a writer may since have
+     * added, with what goes with each */
+    static const struct {
+        const char *table, *drop;
+    } added[] = {
+        {"event_runs", "DROP VIEW temp.event_runs; DROP VIEW IF EXISTS temp.event_run_span"},
+        {"step_totals", "DROP VIEW temp.step_totals"},
+        {"step_idle_totals", "DROP VIEW temp.step_idle_totals"},
+    };
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(sql, "SELECT count(*) FROM temp.sqlite_master WHERE type = 'view' AND name = 'event_runs'",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(sql, "SELECT count(*) FROM temp.sqlite_master WHERE type = 'view' AND name = ?1", -1, &st,
+                           NULL) != SQLITE_OK)
         return -1;
-    int view = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    int rc = 0;
+    for (size_t i = 0; i < sizeof added / sizeof added[0] && rc == 0; i++) {
+        sqlite3_bind_text(st, 1, added[i].table, -1, SQLITE_STATIC);
+        int view = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+        sqlite3_reset(st);
+        int lacks = view > 0 ? db_file_lacks(sql, added[i].table, NULL) : 1;
+        if (view < 0 || lacks < 0) rc = -1;
+        else if (!lacks && sqlite3_exec(sql, added[i].drop, NULL, NULL, NULL) != SQLITE_OK) rc = -1;
+    }
     sqlite3_finalize(st);
-    if (view <= 0) return view;
-    int lacks = db_file_lacks(sql, "event_runs", NULL);
-    if (lacks != 0) return lacks < 0 ? -1 : 0;
-    return sqlite3_exec(sql, "DROP VIEW temp.event_runs; DROP VIEW IF EXISTS temp.event_run_span", NULL, NULL, NULL) ==
-                   SQLITE_OK
-               ? 0
-               : -1;
+    return rc;
 }
 
 static void iso_now(char buf[64]) {

@@ -19,8 +19,24 @@
 /* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes; 4: step_idle;
  * 5: events.name (a program's named spans); 6: events.optim_bytes, eval_losses;
  * 7: events_by_step on (job_id, step, attempt); 8: ring_marks; 9: events.wait_cpu_ns;
- * 10: event_runs, for events_by_time */
-#define DB_SCHEMA_VERSION 10
+ * 10: event_runs, for events_by_time; 11: step_totals, step_idle_totals, step_idle_wait_dp */
+#define DB_SCHEMA_VERSION 11
+
+/* A step's totals (step_totals, step_idle_totals) from its rows of
+ * step_stats and step_idle: the analyses write a step's after its rows
+ * (`where` "WHERE job_id=?1 AND step=?2"), the migration to version 11
+ * every step's (""), and so may whatever writes rows without the analyses
+ * (a test's fixture). A reader of an older file sees the same SELECTs as
+ * views (db_reader_init). */
+#define DB_STEP_TOTALS_SELECT(where)                                                                                   \
+    "SELECT job_id, step, count(*) AS ranks, min(start_ns) AS start_ns, max(end_ns) AS end_ns,"                        \
+    " avg(bubble_ratio) AS bubble_ratio_mean, min(bubble_ratio) AS bubble_ratio_min,"                                  \
+    " max(bubble_ratio) AS bubble_ratio_max, max(act_peak_bytes) AS act_peak_bytes_max FROM step_stats " where         \
+    " GROUP BY job_id, step"
+#define DB_STEP_IDLE_TOTALS_SELECT(where)                                                                              \
+    "SELECT job_id, step, cause, sum(idle_ns) AS idle_ns FROM step_idle " where " GROUP BY job_id, step, cause"
+#define DB_STEP_TOTALS_OF(where) "INSERT OR REPLACE INTO step_totals " DB_STEP_TOTALS_SELECT(where)
+#define DB_STEP_IDLE_TOTALS_OF(where) "INSERT OR REPLACE INTO step_idle_totals " DB_STEP_IDLE_TOTALS_SELECT(where)
 
 /* event_runs of the rows of `events` (into an empty event_runs): a rank's
  * rows of one source whose ids follow each other, found by numbering them
@@ -116,10 +132,12 @@ int64_t db_newest_job(sqlite3 *sql, pp_err *err);
  * whose launcher is gone. The file itself is never written. Returns 0 or -1. */
 int db_reader_init(sqlite3 *sql, pp_err *err);
 /* For a reading connection kept open (pprun serve's pool) while a writer
- * migrated the file to version 10: drops its temp view event_runs (a run
- * per row, through the old events_by_time, which the migration dropped)
- * so that the file's own event_runs serves it. Other temp views stay: they
- * give the same rows as the file's columns. Returns 0 or -1. */
+ * migrated the file: drops its temp views of tables the file now has,
+ * event_runs (version 10: a run per row, through the old events_by_time,
+ * which the migration dropped), step_totals and step_idle_totals (version
+ * 11: summed from every row at each read), so that the file's own serve
+ * it. Other temp views stay: they give the same rows as the file's
+ * columns. Returns 0 or -1. */
 int db_reader_refresh(sqlite3 *sql);
 /* 1 when the file's own table lacks column (and exists), or when column is
  * NULL and the file has no such table; 0 when not, -1 on error. Temp views

@@ -1,10 +1,11 @@
--- schema.sql: the trace database (docs/design.md §7), version 10 (PRAGMA user_version).
+-- schema.sql: the trace database (docs/design.md §7), version 11 (PRAGMA user_version).
 -- A new file gets this whole script; an older file is brought up by the
 -- migrations in db/db.c (version 1 -> 2: ranks.cupti_dropped, source in
 -- events_by_time; 2 -> 3: step_stats.act_peak_bytes; 3 -> 4: step_idle;
 -- 4 -> 5: events.name; 5 -> 6: events.optim_bytes, eval_losses;
 -- 6 -> 7: events_by_step on (job_id, step, attempt); 7 -> 8: ring_marks;
--- 8 -> 9: events.wait_cpu_ns; 9 -> 10: event_runs for events_by_time).
+-- 8 -> 9: events.wait_cpu_ns; 9 -> 10: event_runs for events_by_time;
+-- 10 -> 11: step_totals, step_idle_totals, step_idle_wait_dp).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -217,6 +218,38 @@ CREATE TABLE IF NOT EXISTS step_idle (
   cause   TEXT NOT NULL,
   idle_ns INTEGER NOT NULL,
   PRIMARY KEY (job_id, step, rank, cause)
+) WITHOUT ROWID;
+
+-- A rank's wait for the data-parallel all-reduce, by step: what a
+-- replica's wait adds up (version 11). Partial: only those rows, so a job
+-- without data parallelism has none to read and one with it reads them
+-- alone rather than every cause's.
+CREATE INDEX IF NOT EXISTS step_idle_wait_dp ON step_idle(job_id, step, rank, idle_ns) WHERE cause = 'wait_dp';
+
+-- Per (job, step), its ranks' step_stats rows summed up (version 11),
+-- written with them (db/db.h, DB_STEP_TOTALS_OF): what a step's line of
+-- the dashboard, /steps, /summary and /metrics read, a row a step rather
+-- than one per rank (docs/schema.md, "step_totals").
+CREATE TABLE IF NOT EXISTS step_totals (
+  job_id            INTEGER NOT NULL,
+  step              INTEGER NOT NULL,
+  ranks             INTEGER NOT NULL, -- step_stats rows: the step is complete at jobs.world_size
+  start_ns          INTEGER NOT NULL,
+  end_ns            INTEGER NOT NULL,
+  bubble_ratio_mean REAL NOT NULL,
+  bubble_ratio_min  REAL NOT NULL,
+  bubble_ratio_max  REAL NOT NULL,
+  act_peak_bytes_max INTEGER NOT NULL,
+  PRIMARY KEY (job_id, step)
+) WITHOUT ROWID;
+
+-- Per (job, step, cause), its ranks' step_idle rows summed (version 11).
+CREATE TABLE IF NOT EXISTS step_idle_totals (
+  job_id  INTEGER NOT NULL,
+  step    INTEGER NOT NULL,
+  cause   TEXT NOT NULL,
+  idle_ns INTEGER NOT NULL,
+  PRIMARY KEY (job_id, step, cause)
 ) WITHOUT ROWID;
 
 -- Counters the collector keeps up to date (ingest rate, drops) for /metrics.

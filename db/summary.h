@@ -29,12 +29,12 @@
 #define SQL_STEP_EVAL_LOSSES(step) "(SELECT count(*) FROM eval_losses e WHERE e.job_id=?1 AND e.step=" step ")"
 
 /* The complete steps of job ?1 (every rank's stats are in): step, start_ns,
- * end_ns, bubble_ratio_mean. `where` is more SQL for step_stats' WHERE
- * ("" or "AND ..."). A step one rank never finishes is simply absent. */
+ * end_ns, bubble_ratio_mean, from step_totals (a row a step). `where` is
+ * more SQL for its WHERE ("" or "AND ..."). A step one rank never
+ * finishes is simply absent. */
 #define SQL_COMPLETE_STEPS(where)                                                                          \
-    "SELECT step, min(start_ns) AS start_ns, max(end_ns) AS end_ns, avg(bubble_ratio) AS bubble_ratio_mean " \
-    "FROM step_stats WHERE job_id=?1 " where " GROUP BY step "                                            \
-    "HAVING count(*) >= (SELECT world_size FROM jobs WHERE id=?1)"
+    "SELECT step, start_ns, end_ns, bubble_ratio_mean FROM step_totals WHERE job_id=?1 " where            \
+    " AND ranks >= (SELECT world_size FROM jobs WHERE id=?1)"
 
 /* A growable list of durations (ns), to take a median of; the owner frees v. */
 typedef struct durations {

@@ -526,7 +526,7 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
     int rc = sqlite3_step(st);
     int64_t last = -1; /* read wide: an int wrapped a forged step to -1, "not measured" */
     if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL &&
-        bounds_col(st, 0, &bounds_step, s->job_id, "step_stats.step", &last, err) != 0) {
+        bounds_col(st, 0, &bounds_step, s->job_id, "step_totals.step", &last, err) != 0) {
         sqlite3_finalize(st);
         return -1;
     }

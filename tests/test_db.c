@@ -435,10 +435,24 @@ static size_t events_with_held_bytes(int step, int64_t base, trace_event *ev) {
 
 Test(db, a_new_file_has_step_stats_act_peak_bytes_last) {
     db *d = open_fresh("v3.db");
-    cr_assert_eq(DB_SCHEMA_VERSION, 10);
+    cr_assert_eq(DB_SCHEMA_VERSION, 11);
     cr_assert_str_eq(columns_of(db_sqlite(d), "step_stats"),
                      "job_id:INTEGER:-,step:INTEGER:-,rank:INTEGER:-,start_ns:INTEGER:-,end_ns:INTEGER:-,"
                      "busy_ns:INTEGER:-,bubble_ns:INTEGER:-,bubble_ratio:REAL:-,act_peak_bytes:INTEGER:0");
+    /* the totals' columns as the migration to version 11 makes them */
+    char fresh[2][512];
+    snprintf(fresh[0], sizeof fresh[0], "%s", columns_of(db_sqlite(d), "step_totals"));
+    snprintf(fresh[1], sizeof fresh[1], "%s", columns_of(db_sqlite(d), "step_idle_totals"));
+    cr_assert_str_eq(fresh[0], "job_id:INTEGER:-,step:INTEGER:-,ranks:INTEGER:-,start_ns:INTEGER:-,end_ns:INTEGER:-,"
+                               "bubble_ratio_mean:REAL:-,bubble_ratio_min:REAL:-,bubble_ratio_max:REAL:-,"
+                               "act_peak_bytes_max:INTEGER:-");
+    cr_assert_eq(sqlite3_exec(db_sqlite(d), TFIX_BEFORE_V11 "PRAGMA user_version=10;", NULL, NULL, NULL), SQLITE_OK);
+    db_close(d);
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("v3.db"), &d, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(columns_of(db_sqlite(d), "step_totals"), fresh[0], "migrated");
+    cr_assert_str_eq(columns_of(db_sqlite(d), "step_idle_totals"), fresh[1], "migrated");
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM sqlite_master WHERE name = 'step_idle_wait_dp'"), 1);
     db_close(d);
 }
 
@@ -504,6 +518,7 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data, .init = user
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(
         sqlite3_exec(s,
+                     TFIX_BEFORE_V11
                      "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
                      "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
                      "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;",
@@ -568,6 +583,7 @@ Test(db, a_version_3_file_reads_step_idle_from_its_gaps_and_migrates, .init = us
     cr_assert_eq(
         sqlite3_exec(
             s,
+            TFIX_BEFORE_V11
             "DROP TABLE step_idle; ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
             "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=3;",
             NULL, NULL, NULL),
@@ -643,6 +659,7 @@ Test(db, writers_opening_one_file_at_once_all_succeed) {
         cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
         cr_assert_eq(
             sqlite3_exec(s,
+                         TFIX_BEFORE_V11
                          "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
                          "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
                          "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;",
@@ -672,6 +689,7 @@ Test(db, a_version_4_file_reads_events_without_names_and_migrates) {
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(
         sqlite3_exec(s,
+                     TFIX_BEFORE_V11
                      "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
                      "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=4;",
                      NULL, NULL, NULL),
@@ -874,4 +892,99 @@ Test(db, event_runs_hold_every_row_once_and_windows_through_them_match_a_scan) {
               plan);
     cr_assert(strstr(plan, "SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"), "%s", plan);
     db_close(d);
+}
+
+/* Every row of step_totals and step_idle_totals as text, and what they
+ * must hold: the same sums of the file's step_stats and step_idle rows. */
+#define TOTALS_TEXT(from)                                                                                              \
+    "SELECT coalesce(group_concat(job_id || ',' || step || ',' || ranks || ',' || start_ns || ',' || end_ns || ','"    \
+    " || bubble_ratio_mean || ',' || bubble_ratio_min || ',' || bubble_ratio_max || ',' || act_peak_bytes_max, ';'),"  \
+    " '') FROM (SELECT * FROM (" from ") ORDER BY job_id, step)"
+#define IDLE_TOTALS_TEXT(from)                                                                                         \
+    "SELECT coalesce(group_concat(job_id || ',' || step || ',' || cause || ',' || idle_ns, ';'), '') FROM"             \
+    " (SELECT * FROM (" from ") ORDER BY job_id, step, cause)"
+
+static void expect_totals_of_rows(sqlite3 *s, const char *what) {
+    char have[4096], want[4096];
+    q_text(s, TOTALS_TEXT("SELECT * FROM step_totals"), have, sizeof have);
+    q_text(s, TOTALS_TEXT(DB_STEP_TOTALS_SELECT("")), want, sizeof want);
+    cr_assert(have[0], "%s: no totals", what);
+    cr_assert_str_eq(have, want, "%s: step_totals", what);
+    q_text(s, IDLE_TOTALS_TEXT("SELECT * FROM step_idle_totals"), have, sizeof have);
+    q_text(s, IDLE_TOTALS_TEXT(DB_STEP_IDLE_TOTALS_SELECT("")), want, sizeof want);
+    cr_assert(have[0], "%s: no idle totals", what);
+    cr_assert_str_eq(have, want, "%s: step_idle_totals", what);
+}
+
+/* The analyses write a step's totals with its rows, and a step analysed
+ * again has the totals of its new rows alone: fewer ranks, then none. */
+Test(db, a_steps_totals_are_the_sums_of_its_rows_analysed_again) {
+    size_t n;
+    int64_t job = analysed_file("totals.db", &n);
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("totals.db"), &d, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_totals WHERE ranks = 2"), 2, "steps 0 and 1, both ranks");
+    expect_totals_of_rows(s, "analysed");
+    cr_assert_eq(sqlite3_exec(s, "DELETE FROM events WHERE step = 1 AND rank = 1", NULL, NULL, NULL), SQLITE_OK);
+    cr_assert_eq(db_analyze_step(d, job, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(s, "SELECT ranks FROM step_totals WHERE step = 1"), 1);
+    expect_totals_of_rows(s, "step 1 again, rank 0 alone");
+    cr_assert_eq(sqlite3_exec(s, "DELETE FROM events WHERE step = 1", NULL, NULL, NULL), SQLITE_OK);
+    cr_assert_eq(db_analyze_step(d, job, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_totals WHERE step = 1"), 0);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_idle_totals WHERE step = 1"), 0);
+    expect_totals_of_rows(s, "step 1 without events");
+    db_close(d);
+}
+
+/* A version 10 file (no totals): readers sum them when read, the same
+ * rows, without writing the file; the writer's migration stores them; a
+ * reader kept open across it then reads the file's own (pprun serve's
+ * pool). A replica's wait for the all-reduce is read through the wait_dp
+ * rows' index, not every cause's rows. */
+Test(db, a_version_10_file_reads_totals_summed_and_migrates, .init = usersql_first) {
+    const char *path = tfix_path("v10.db");
+    size_t n;
+    analysed_file("v10.db", &n);
+    sqlite3 *s;
+    pp_err err;
+    char totals[2][4096];
+    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+    q_text(s, TOTALS_TEXT("SELECT * FROM step_totals"), totals[0], sizeof totals[0]);
+    q_text(s, IDLE_TOTALS_TEXT("SELECT * FROM step_idle_totals"), totals[1], sizeof totals[1]);
+    cr_assert_eq(sqlite3_exec(s, TFIX_BEFORE_V11 "PRAGMA user_version=10;", NULL, NULL, NULL), SQLITE_OK, "%s",
+                 sqlite3_errmsg(s));
+    sqlite3_close(s);
+    char text[4096];
+    sqlite3 *kept = NULL;
+    for (int reader = 0; reader < 2; reader++) {
+        int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
+        cr_assert_eq(rc, 0, "%s", err.msg);
+        cr_assert_str_eq(q_text(s, TOTALS_TEXT("SELECT * FROM step_totals"), text, sizeof text), totals[0]);
+        cr_assert_str_eq(q_text(s, IDLE_TOTALS_TEXT("SELECT * FROM step_idle_totals"), text, sizeof text),
+                         totals[1]);
+        if (reader) sqlite3_close(s);
+        else kept = s;
+    }
+    cr_assert_eq(tfix_q_int(kept, "PRAGMA user_version"), 10, "readers never write the file");
+    db *d;
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "PRAGMA user_version"), DB_SCHEMA_VERSION);
+    cr_assert_str_eq(q_text(db_sqlite(d), TOTALS_TEXT("SELECT * FROM step_totals"), text, sizeof text), totals[0]);
+    cr_assert_str_eq(q_text(db_sqlite(d), IDLE_TOTALS_TEXT("SELECT * FROM step_idle_totals"), text, sizeof text),
+                     totals[1]);
+    char plan[512];
+    tfix_query_plan(db_sqlite(d), "SELECT rank, idle_ns FROM step_idle WHERE job_id=1 AND step>=1 AND cause='wait_dp'",
+                    plan, sizeof plan);
+    cr_assert(strstr(plan, "USING COVERING INDEX step_idle_wait_dp"), "%s", plan);
+    db_close(d);
+    cr_assert_eq(tfix_q_int(kept, "SELECT count(*) FROM temp.sqlite_master WHERE name LIKE 'step%totals'"), 2);
+    cr_assert_eq(db_reader_refresh(kept), 0);
+    cr_assert_eq(tfix_q_int(kept, "SELECT count(*) FROM temp.sqlite_master WHERE name LIKE 'step%totals'"), 0,
+                 "the views dropped: the file has the tables");
+    cr_assert_str_eq(q_text(kept, TOTALS_TEXT("SELECT * FROM step_totals"), text, sizeof text), totals[0]);
+    cr_assert_eq(db_reader_refresh(kept), 0, "again: nothing to do");
+    sqlite3_close(kept);
 }

@@ -311,6 +311,7 @@ static void upgrades_and_answers_the_same(const char *name, const char *downgrad
 Test(db_migrate, a_version_6_file_upgrades_and_answers_every_documented_query_the_same, .init = usersql_first,
      .timeout = 120) {
     upgrades_and_answers_the_same("v6.db",
+                                  TFIX_BEFORE_V11
                                   "DROP INDEX events_by_step; CREATE INDEX events_by_step ON events(job_id, step, rank);"
                                   "DROP TABLE ring_marks; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
                                   "DROP TABLE event_runs;"
@@ -323,6 +324,7 @@ Test(db_migrate, a_version_6_file_upgrades_and_answers_every_documented_query_th
 Test(db_migrate, a_version_9_file_upgrades_and_answers_every_documented_query_the_same, .init = usersql_first,
      .timeout = 120) {
     upgrades_and_answers_the_same("v9.db",
+                                  TFIX_BEFORE_V11
                                   "DROP TABLE event_runs;"
                                   "CREATE INDEX events_by_time ON events(job_id, rank, start_ns, source);"
                                   "PRAGMA user_version = 9;",

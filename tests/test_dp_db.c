@@ -103,7 +103,7 @@ Test(dp_db, a_version_5_file_reads_without_optim_bytes_and_eval_losses_and_migra
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(s,
-                              "ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+                              TFIX_BEFORE_V11 "ALTER TABLE events DROP COLUMN wait_cpu_ns;"
                               "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses;"
                               " PRAGMA user_version=5;",
                               NULL, NULL, NULL),

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "db/db.h"
 #include "helpers/web_client.h"
 
 /* A job that takes a fraction of a second; steps 1 and 2 are what stats reads. */
@@ -39,6 +40,10 @@
     "UPDATE events SET phase='SPAN', name='" n "', start_ns=(SELECT t0_ns FROM jobs WHERE id=1), end_ns=" T62          \
     " WHERE id IN (SELECT id FROM events WHERE job_id=1 AND step=1 AND rank=0 AND phase='F' LIMIT 3)"
 #define SUMMED_PAST(column) "job 1: " column " summed over its rows passes 0..4611686018427387904 (a time in ns)"
+/* the steps' totals made again from the forged rows, as the analyses
+ * would have written them */
+#define RETOTAL                                                                                                        \
+    ";DELETE FROM step_totals; DELETE FROM step_idle_totals;" DB_STEP_TOTALS_OF("") ";" DB_STEP_IDLE_TOTALS_OF("")
 
 typedef struct route_want {
     const char *path; /* under /api/jobs/1 */
@@ -179,7 +184,9 @@ static const forged_row forged[] = {
       {"/kernels?from=0&to=2000&ranks=1", 500, "kernels.end_ns holds " I64MAX},
       {"/trace.json", 500, "kernels.end_ns holds " I64MAX}}},
     /* SQLite's sum() of two stopped stats, /summary and /whatif with
-     * "database error: integer overflow", naming nothing */
+     * "database error: integer overflow", naming nothing; a replica's
+     * wait is summed from its ranks' rows (the job's by cause from the
+     * totals, not forged here) */
     {"step_idle.idle_ns 2^62 twice, waiting for the all-reduce",
      AS_DP2 "UPDATE step_idle SET cause='wait_dp', idle_ns=" T62
             " WHERE rank=0 AND step IN (1,2) AND cause='wait_gradient'",
@@ -189,7 +196,16 @@ static const forged_row forged[] = {
      NULL,
      {{"/summary", 500, SUMMED_PAST("step_idle.idle_ns")},
       {"/whatif", 500, SUMMED_PAST("step_idle.idle_ns")},
-      {"/gaps", 500, SUMMED_PAST("step_idle.idle_ns")}}},
+      {"/gaps", 200, NULL}}},
+    {"step_idle_totals.idle_ns 2^62 twice",
+     "UPDATE step_idle_totals SET idle_ns=" T62 " WHERE step IN (1,2) AND cause='wait_gradient'",
+     2,
+     SUMMED_PAST("step_idle_totals.idle_ns"),
+     0,
+     NULL,
+     {{"/summary", 500, SUMMED_PAST("step_idle_totals.idle_ns")},
+      {"/gaps", 500, SUMMED_PAST("step_idle_totals.idle_ns")},
+      {"/whatif", 200, NULL}}},
     {"three ALLREDUCE spans of 2^62",
      AS_DP2 THREE_SPANS("ALLREDUCE"),
      2,
@@ -221,42 +237,51 @@ static const forged_row forged[] = {
       {"/trace.json", 200, NULL}}},
     /* a step of 292 years in stats and /summary, wrapped in /steps */
     {"step_stats.end_ns INT64_MAX",
-     "UPDATE step_stats SET end_ns=" I64MAX " WHERE step=2 AND rank=1",
+     "UPDATE step_stats SET end_ns=" I64MAX " WHERE step=2 AND rank=1" RETOTAL,
      2,
-     "job 1: step_stats.end_ns holds " I64MAX,
+     "job 1: step_totals.end_ns holds " I64MAX,
      0,
      NULL,
      {{"/steps", 500, "step_stats.end_ns holds " I64MAX},
-      {"/summary", 500, "step_stats.end_ns holds " I64MAX},
-      {"/whatif", 500, "step_stats.end_ns holds " I64MAX}}},
+      {"/summary", 500, "step_totals.end_ns holds " I64MAX},
+      {"/steps?per_rank=0", 500, "step_totals.end_ns holds " I64MAX}}},
     {"step_stats.start_ns INT64_MIN",
-     "UPDATE step_stats SET start_ns=-9223372036854775807-1 WHERE step=2 AND rank=1",
+     "UPDATE step_stats SET start_ns=-9223372036854775807-1 WHERE step=2 AND rank=1" RETOTAL,
      2,
-     "job 1: step_stats.start_ns holds " I64MIN,
+     "job 1: step_totals.start_ns holds " I64MIN,
      2,
      "job 1: step_stats.start_ns holds " I64MIN,
      {{"/steps", 500, "step_stats.start_ns holds " I64MIN},
       {"/trace.json", 500, "step_stats.start_ns holds " I64MIN},
-      {"/summary", 500, "step_stats.start_ns holds " I64MIN}}},
+      {"/whatif", 500, "step_totals.start_ns holds " I64MIN}}},
     /* summed in C (UBSan); stats left its idle section out */
-    {"step_idle.idle_ns INT64_MAX",
-     "UPDATE step_idle SET idle_ns=" I64MAX " WHERE step=1",
+    {"step_idle_totals.idle_ns INT64_MAX",
+     "UPDATE step_idle SET idle_ns=" I64MAX " WHERE step=1; UPDATE step_idle_totals SET idle_ns=" I64MAX
+     " WHERE step=1",
      2,
-     "job 1: step_idle.idle_ns holds " I64MAX,
+     "job 1: step_idle_totals.idle_ns holds " I64MAX,
      0,
      NULL,
-     {{"/gaps", 500, "step_idle.idle_ns holds " I64MAX},
-      {"/gaps?step=1", 500, "step_idle.idle_ns holds " I64MAX},
-      {"/summary", 500, "step_idle.idle_ns holds " I64MAX}}},
+     {{"/gaps", 500, "step_idle_totals.idle_ns holds " I64MAX},
+      {"/gaps?step=1", 500, "step_idle_totals.idle_ns holds " I64MAX},
+      {"/summary", 500, "step_idle_totals.idle_ns holds " I64MAX}}},
     /* /steps passed it on as the file has it */
     {"step_stats.act_peak_bytes INT64_MAX",
-     "UPDATE step_stats SET act_peak_bytes=" I64MAX " WHERE step=2 AND rank=1",
+     "UPDATE step_stats SET act_peak_bytes=" I64MAX " WHERE step=2 AND rank=1" RETOTAL,
      2,
      "job 1: step_stats.act_peak_bytes holds " I64MAX,
      0,
      NULL,
      {{"/steps", 500, "step_stats.act_peak_bytes holds " I64MAX},
-      {"/summary", 500, "step_stats.act_peak_bytes holds " I64MAX}}},
+      {"/summary", 500, "step_stats.act_peak_bytes holds " I64MAX},
+      {"/steps?per_rank=0", 500, "step_totals.act_peak_bytes_max holds " I64MAX}}},
+    {"step_totals.ranks INT64_MAX",
+     "UPDATE step_totals SET ranks=" I64MAX " WHERE step=2",
+     0,
+     NULL,
+     0,
+     NULL,
+     {{"/steps?per_rank=0", 500, "step_totals.ranks holds " I64MAX}, {"/summary", 200, NULL}}},
     /* /gaps passed it on, less t0 */
     {"gaps.end_ns INT64_MAX",
      "UPDATE gaps SET end_ns=" I64MAX " WHERE step=1 AND rank=0 AND start_ns=(SELECT min(start_ns) FROM gaps WHERE "
@@ -271,22 +296,22 @@ static const forged_row forged[] = {
     /* an int read each of these: the what-if wrapped the step to -1 and
      * showed "not measured", 2^32 + 1 merged into step 1 in /steps */
     {"step_stats.step INT64_MAX",
-     "UPDATE step_stats SET step=" I64MAX " WHERE step=2",
+     "UPDATE step_stats SET step=" I64MAX " WHERE step=2" RETOTAL,
      2,
-     "job 1: step_stats.step holds " I64MAX,
+     "job 1: step_totals.step holds " I64MAX,
      0,
      NULL,
      {{"/steps", 500, "step_stats.step holds " I64MAX},
-      {"/whatif", 500, "step_stats.step holds " I64MAX},
-      {"/critpath", 500, "step_stats.step holds " I64MAX}}},
+      {"/whatif", 500, "step_totals.step holds " I64MAX},
+      {"/critpath", 500, "step_totals.step holds " I64MAX}}},
     {"step_stats.step 2^32 + 1",
-     "UPDATE step_stats SET step=4294967297 WHERE step=2",
+     "UPDATE step_stats SET step=4294967297 WHERE step=2" RETOTAL,
      2,
-     "job 1: step_stats.step holds 4294967297",
+     "job 1: step_totals.step holds 4294967297",
      0,
      NULL,
      {{"/steps", 500, "step_stats.step holds 4294967297"},
-      {"/critpath", 500, "step_stats.step holds 4294967297"},
+      {"/critpath", 500, "step_totals.step holds 4294967297"},
       {"/heatmap", 200, NULL}}},
     /* stats printed "mean of step 9223372036854775807" */
     {"losses.step INT64_MAX",
@@ -606,8 +631,8 @@ Test(forged_db, a_forged_job_is_named_by_a_compare_and_left_out_of_metrics) {
          "UPDATE step_idle SET cause='wait_dp', idle_ns=" T62
          " WHERE job_id=1 AND rank=0 AND step IN (1,2) AND cause='wait_gradient'",
          "/api/jobs/2/compare?vs=1", SUMMED_PAST("step_idle.idle_ns")},
-        {"UPDATE step_stats SET end_ns=" I64MAX " WHERE job_id=1 AND step=2 AND rank=1", "/api/jobs/2/compare?vs=1",
-         "job 1: step_stats.end_ns holds " I64MAX},
+        {"UPDATE step_stats SET end_ns=" I64MAX " WHERE job_id=1 AND step=2 AND rank=1" RETOTAL,
+         "/api/jobs/2/compare?vs=1", "job 1: step_totals.end_ns holds " I64MAX},
         {THREE_SPANS("data"), "/api/jobs/2/compare?vs=1", SUMMED_PAST("events.end_ns - start_ns")},
     };
     static char body[1 << 16];

@@ -209,6 +209,7 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable, .init = usersql_fir
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(
         sqlite3_exec(s,
+                     TFIX_BEFORE_V11
                      "ALTER TABLE ranks DROP COLUMN cupti_dropped; DROP INDEX kernels_by_event;"
                      "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
                      "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"

@@ -209,6 +209,7 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
      * nor step_idle (version 4): the idle time by cause comes from the gaps, the same. */
     cr_assert_eq(
         fixture_exec(path,
+                     TFIX_BEFORE_V11
                      "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
                      "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
                      "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;",
@@ -438,6 +439,7 @@ Test(stats, past_16_ranks_a_per_rank_line_names_the_least_median_and_most, .time
                             "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--progress", "off", "--db", db, NULL},
            NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_free(&run);
     lt_proc p = stats(db, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
     lt_assert_has(p.out, "\n  by rank  least ");

@@ -1893,10 +1893,16 @@ Test(web, steps_give_the_least_and_most_of_the_ranks_with_or_without_them) {
              "UPDATE step_stats SET bubble_ratio = 0.5, act_peak_bytes = 9000 WHERE step = 1 AND rank = 2;"
              "UPDATE step_stats SET bubble_ratio = 0.0625 WHERE step = 1 AND rank = 0;"
              "UPDATE step_stats SET act_peak_bytes = 7000 WHERE step = 2 AND rank = 3;");
+    double without[3]; /* per_rank=0's figures (step_totals), the same summed from the ranks' rows */
     for (int per_rank = 0; per_rank <= 1; per_rank++) {
         cJSON *j = get_json(per_rank ? "/api/jobs/1/steps?per_rank=1" : "/api/jobs/1/steps?per_rank=0", 200);
         cr_assert_eq(num(j, "limit"), 100000);
         cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "steps"), 1);
+        const double figures[3] = {num(st, "bubble_ratio_mean"), num(st, "start"), num(st, "time_ns")};
+        for (int k = 0; k < 3; k++)
+            if (per_rank) cr_assert_eq(figures[k], without[k], "figure %d", k);
+            else without[k] = figures[k];
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(st, "complete")));
         cr_assert_eq(num(st, "bubble_ratio_min"), 0.0625);
         cr_assert_eq(num(st, "bubble_ratio_max"), 0.5);
         cr_assert_eq(num(st, "act_peak_bytes_max"), 9000);

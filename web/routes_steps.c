@@ -13,18 +13,19 @@
 #include "db/summary.h"
 #include "web/routes.h"
 
-/* One step's line of /steps: its stats rows (any ranks so far), its
- * losses and the losses of the evaluation after it (any microbatches so
- * far). */
+/* One step's line of /steps: its stats (any ranks so far), its losses
+ * and the losses of the evaluation after it (any microbatches so far). */
 typedef struct steps_line {
     int nranks;
     int64_t start, end;
-    double *ratio;       /* world entries, valid where have[rank] */
-    int64_t *act;        /* world entries, valid where have[rank] */
-    unsigned char *have; /* world entries */
-    int nloss, has_loss; /* has_loss: the mean is a number (every loss finite) */
+    double mean, lo, hi;  /* bubble ratio over the ranks */
+    int64_t act_max;      /* the most bytes a rank held, -1: no rank */
+    double *ratio;        /* per_rank: world entries, valid where have[rank] */
+    int64_t *act;         /* per_rank: world entries, valid where have[rank] */
+    unsigned char *have;  /* per_rank: world entries */
+    int nloss, has_loss;  /* has_loss: the mean is a number (every loss finite) */
     double loss;
-    int neval, has_eval; /* the same of the evaluation's losses (eval_losses) */
+    int neval, has_eval;  /* the same of the evaluation's losses (eval_losses) */
     double eval;
 } steps_line;
 
@@ -49,15 +50,6 @@ static void steps_write(jw *w, long step, const steps_line *l, const job_info *j
     jw_kint(w, "losses", l->nloss);
     jw_knum(w, "eval_loss", l->has_eval ? l->eval : NAN);
     jw_kint(w, "eval_losses", l->neval);
-    double sum = 0, lo = INFINITY, hi = -INFINITY;
-    int64_t act_max = -1;
-    for (int k = 0; k < j->world; k++) {
-        if (!l->have[k]) continue;
-        sum += l->ratio[k];
-        lo = fmin(lo, l->ratio[k]);
-        hi = fmax(hi, l->ratio[k]);
-        if (l->act[k] > act_max) act_max = l->act[k];
-    }
     if (per_rank) {
         jw_key(w, "bubble_ratio");
         jw_arr(w);
@@ -66,9 +58,9 @@ static void steps_write(jw *w, long step, const steps_line *l, const job_info *j
             else jw_null(w);
         jw_arr_end(w);
     }
-    jw_knum(w, "bubble_ratio_mean", l->nranks ? sum / l->nranks : NAN);
-    jw_knum(w, "bubble_ratio_min", lo);
-    jw_knum(w, "bubble_ratio_max", hi);
+    jw_knum(w, "bubble_ratio_mean", l->nranks ? l->mean : NAN);
+    jw_knum(w, "bubble_ratio_min", l->nranks ? l->lo : NAN);
+    jw_knum(w, "bubble_ratio_max", l->nranks ? l->hi : NAN);
     if (per_rank) {
         jw_key(w, "act_peak_bytes");
         jw_arr(w);
@@ -77,10 +69,96 @@ static void steps_write(jw *w, long step, const steps_line *l, const job_info *j
             else jw_null(w);
         jw_arr_end(w);
     }
-    jw_kint_or_null(w, "act_peak_bytes_max", act_max);
+    jw_kint_or_null(w, "act_peak_bytes_max", l->nranks ? l->act_max : -1);
     jw_key(w, "complete");
-    jw_bool(w, l->nranks == j->world);
+    jw_bool(w, l->nranks >= j->world);
     jw_obj_end(w);
+}
+
+/* The step's per-rank rows of step_stats (step, rank, start_ns, end_ns,
+ * bubble_ratio, act_peak_bytes, at cursor `st`) into l, each rank's most
+ * into rank_peak; the cursor's next rc, or -2 with r answered (a value
+ * past its bound). */
+static int steps_ranks(sqlite3_stmt *st, int rc, long step, const job_info *j, steps_line *l, int64_t *rank_peak,
+                       reply *r) {
+    double sum = 0;
+    l->lo = INFINITY, l->hi = -INFINITY;
+    memset(l->have, 0, (size_t)j->world);
+    for (; rc == SQLITE_ROW && sqlite3_column_int64(st, 0) == step; rc = sqlite3_step(st)) {
+        int rank = sqlite3_column_int(st, 1);
+        if (rank < 0 || rank >= j->world) continue;
+        int64_t s = 0, e = 0;
+        pp_err err;
+        if (bounds_col(st, 2, &bounds_time, j->id, "step_stats.start_ns", &s, &err) != 0 ||
+            bounds_col(st, 3, &bounds_time, j->id, "step_stats.end_ns", &e, &err) != 0 ||
+            bounds_col(st, 5, &bounds_bytes, j->id, "step_stats.act_peak_bytes", &l->act[rank], &err) != 0) {
+            reply_error(r, 500, "%s", err.msg);
+            return -2;
+        }
+        double ratio = sqlite3_column_double(st, 4);
+        if (s < l->start) l->start = s;
+        if (e > l->end) l->end = e;
+        l->have[rank] = 1;
+        l->ratio[rank] = ratio;
+        sum += ratio, l->lo = fmin(l->lo, ratio), l->hi = fmax(l->hi, ratio);
+        if (l->act[rank] > l->act_max) l->act_max = l->act[rank];
+        l->nranks++;
+        if (l->act[rank] > rank_peak[rank]) rank_peak[rank] = l->act[rank];
+    }
+    l->mean = l->nranks ? sum / l->nranks : NAN;
+    return rc;
+}
+
+/* The step's row of step_totals (step, ranks, start_ns, end_ns,
+ * bubble_ratio_mean, _min, _max, act_peak_bytes_max, at cursor `st`)
+ * into l; as steps_ranks. */
+static int steps_totals(sqlite3_stmt *st, int rc, long step, const job_info *j, steps_line *l, reply *r) {
+    if (rc != SQLITE_ROW || sqlite3_column_int64(st, 0) != step) return rc;
+    pp_err err;
+    int64_t ranks = 0;
+    if (bounds_col(st, 1, &bounds_world, j->id, "step_totals.ranks", &ranks, &err) != 0 ||
+        bounds_col(st, 2, &bounds_time, j->id, "step_totals.start_ns", &l->start, &err) != 0 ||
+        bounds_col(st, 3, &bounds_time, j->id, "step_totals.end_ns", &l->end, &err) != 0 ||
+        bounds_col(st, 7, &bounds_bytes, j->id, "step_totals.act_peak_bytes_max", &l->act_max, &err) != 0) {
+        reply_error(r, 500, "%s", err.msg);
+        return -2;
+    }
+    l->nranks = (int)ranks;
+    l->mean = sqlite3_column_double(st, 4);
+    l->lo = sqlite3_column_double(st, 5);
+    l->hi = sqlite3_column_double(st, 6);
+    return sqlite3_step(st);
+}
+
+/* Each rank's most held bytes over steps first..last (step_stats) into
+ * rank_peak: what a page without per-rank arrays names of them (the
+ * dashboard's --max-mem unit). 0, or -1 with r answered. */
+static int steps_rank_peaks(sqlite3 *db, const job_info *j, long first, long last, int64_t *rank_peak, reply *r) {
+    sqlite3_stmt *st = routes_prep(
+        db, "SELECT rank, act_peak_bytes FROM step_stats WHERE job_id=?1 AND step BETWEEN ?2 AND ?3", r);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_bind_int64(st, 2, first);
+    sqlite3_bind_int64(st, 3, last);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int rank = sqlite3_column_int(st, 0);
+        int64_t act = 0;
+        pp_err err;
+        if (rank < 0 || rank >= j->world) continue;
+        if (bounds_col(st, 1, &bounds_bytes, j->id, "step_stats.act_peak_bytes", &act, &err) != 0) {
+            sqlite3_finalize(st);
+            reply_error(r, 500, "%s", err.msg);
+            return -1;
+        }
+        if (act > rank_peak[rank]) rank_peak[rank] = act;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        reply_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        return -1;
+    }
+    return 0;
 }
 
 /* Per step of the cursor `st` (step, mean or NULL, count) at `step`: into
@@ -119,7 +197,8 @@ static int steps_first(sqlite3_stmt *st, int rc, const job_info *j, const char *
 /* Steps with stats, and steps that only have losses so far (running), with
  * their evaluations' losses: three cursors in step order, merged here. One
  * SQL query joining them ran the loss subqueries once per rank and sorted a
- * UNION of the tables' steps (0.27 s on a 20,000-step job, against 0.07 s). */
+ * UNION of the tables' steps (0.27 s on a 20,000-step job, against 0.07 s).
+ * Without per-rank arrays a step's stats are its row of step_totals. */
 void route_steps(route_req *q, reply *r) {
     sqlite3 *db = q->db;
     const job_info *j = &q->job;
@@ -131,8 +210,11 @@ void route_steps(route_req *q, reply *r) {
     if (per_rank && limit > STEPS_MAX_RANK_STEPS / j->world)
         limit = STEPS_MAX_RANK_STEPS / j->world > 0 ? STEPS_MAX_RANK_STEPS / j->world : 1;
     sqlite3_stmt *stats = routes_prep(db,
-                                      "SELECT step, rank, start_ns, end_ns, bubble_ratio, act_peak_bytes FROM step_stats "
-                                      "WHERE job_id=?1 AND step>=?2 ORDER BY step, rank",
+                                      per_rank ? "SELECT step, rank, start_ns, end_ns, bubble_ratio, act_peak_bytes "
+                                                 "FROM step_stats WHERE job_id=?1 AND step>=?2 ORDER BY step, rank"
+                                               : "SELECT step, ranks, start_ns, end_ns, bubble_ratio_mean, "
+                                                 "bubble_ratio_min, bubble_ratio_max, act_peak_bytes_max "
+                                                 "FROM step_totals WHERE job_id=?1 AND step>=?2 ORDER BY step",
                                       r);
     if (!stats) return;
     sqlite3_stmt *losses = routes_prep(db,
@@ -145,15 +227,19 @@ void route_steps(route_req *q, reply *r) {
                                                "ORDER BY step",
                                                r)
                                  : NULL;
-    steps_line l = {.ratio = calloc((size_t)j->world, sizeof *l.ratio),
-                    .act = calloc((size_t)j->world, sizeof *l.act),
-                    .have = calloc((size_t)j->world, 1)};
+    steps_line l = {0};
+    if (per_rank) {
+        l.ratio = calloc((size_t)j->world, sizeof *l.ratio);
+        l.act = calloc((size_t)j->world, sizeof *l.act);
+        l.have = calloc((size_t)j->world, 1);
+    }
     int64_t *rank_peak = malloc((size_t)j->world * sizeof *rank_peak); /* the page's most a rank, -1: none */
     int rs = SQLITE_DONE, rl = SQLITE_DONE, re = SQLITE_DONE;
+    long last = -1; /* the page's last step */
     jw w;
     jw_init(&w);
     if (!evals) goto out;
-    if (!l.ratio || !l.act || !l.have || !rank_peak) {
+    if ((per_rank && (!l.ratio || !l.act || !l.have)) || !rank_peak) {
         reply_error(r, 500, "out of memory");
         goto out;
     }
@@ -176,37 +262,23 @@ void route_steps(route_req *q, reply *r) {
     re = sqlite3_step(evals);
     for (long n = 0; n < limit && (rs == SQLITE_ROW || rl == SQLITE_ROW || re == SQLITE_ROW); n++) {
         long step = LONG_MAX;
-        if (steps_first(stats, rs, j, "step_stats.step", &step, r) != 0 ||
+        if (steps_first(stats, rs, j, per_rank ? "step_stats.step" : "step_totals.step", &step, r) != 0 ||
             steps_first(losses, rl, j, "losses.step", &step, r) != 0 ||
             steps_first(evals, re, j, "eval_losses.step", &step, r) != 0)
             goto out;
         l.nranks = 0;
         l.start = INT64_MAX;
         l.end = INT64_MIN;
-        memset(l.have, 0, (size_t)j->world);
-        for (; rs == SQLITE_ROW && sqlite3_column_int64(stats, 0) == step; rs = sqlite3_step(stats)) {
-            int rank = sqlite3_column_int(stats, 1);
-            if (rank < 0 || rank >= j->world) continue;
-            int64_t s = 0, e = 0;
-            pp_err err;
-            if (bounds_col(stats, 2, &bounds_time, j->id, "step_stats.start_ns", &s, &err) != 0 ||
-                bounds_col(stats, 3, &bounds_time, j->id, "step_stats.end_ns", &e, &err) != 0 ||
-                bounds_col(stats, 5, &bounds_bytes, j->id, "step_stats.act_peak_bytes", &l.act[rank], &err) != 0) {
-                reply_error(r, 500, "%s", err.msg);
-                goto out;
-            }
-            if (s < l.start) l.start = s;
-            if (e > l.end) l.end = e;
-            l.have[rank] = 1;
-            l.ratio[rank] = sqlite3_column_double(stats, 4);
-            l.nranks++;
-            if (l.act[rank] > rank_peak[rank]) rank_peak[rank] = l.act[rank];
-        }
+        l.act_max = -1;
+        rs = per_rank ? steps_ranks(stats, rs, step, j, &l, rank_peak, r) : steps_totals(stats, rs, step, j, &l, r);
+        if (rs == -2) goto out;
         rl = steps_mean(losses, rl, step, &l.has_loss, &l.loss, &l.nloss);
         re = steps_mean(evals, re, step, &l.has_eval, &l.eval, &l.neval);
         steps_write(&w, step, &l, j, (int)per_rank);
+        last = step;
     }
     jw_arr_end(&w);
+    if (!per_rank && last >= 0 && steps_rank_peaks(db, j, since, last, rank_peak, r) != 0) goto out;
     jw_kints_or_null(&w, "act_peak_bytes_by_rank", rank_peak, j->world);
     jw_obj_end(&w);
     if ((rs != SQLITE_ROW && rs != SQLITE_DONE) || (rl != SQLITE_ROW && rl != SQLITE_DONE) ||

@@ -37,6 +37,10 @@ void tfix_write(const char *path, const char *text);
 /* A new, empty pprun database at path (whatever was there is removed);
  * the test fails if it does not open. */
 db *tfix_open_fresh(const char *path);
+/* SQL that takes a new file back before version 11: what the migration
+ * to it adds, dropped (first: a test dropping step_idle drops its index
+ * with it). */
+#define TFIX_BEFORE_V11 "DROP INDEX step_idle_wait_dp; DROP TABLE step_totals; DROP TABLE step_idle_totals;"
 /* The first column of the first row of sql on s; the test fails (naming
  * the query) if it does not prepare, gives no row or gives NULL. */
 int64_t tfix_q_int(sqlite3 *s, const char *sql);

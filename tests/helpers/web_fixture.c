@@ -129,19 +129,31 @@ static int open_rw(const char *path, sqlite3 **db, pp_err *err) {
     return exec(*db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", err);
 }
 
-/* Closes a file the fixture wrote: its rows of events went in by SQL, not
- * through db_insert_events, so event_runs is made again from them (where
- * the file has both tables: fixture_exec also makes files that are not
- * pprun's). */
-static void close_rw(sqlite3 *db) {
+/* The count of tables of `names` (SQL text: 'a', 'b') that db has. */
+static int tables_of(sqlite3 *db, const char *names) {
+    char sql[256];
     sqlite3_stmt *st;
-    int both = 0;
-    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_master WHERE name IN ('events', 'event_runs')", -1, &st,
-                           NULL) == SQLITE_OK) {
-        both = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 2;
+    int n = 0;
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (%s)", names);
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+        n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
         sqlite3_finalize(st);
     }
-    if (both) sqlite3_exec(db, "BEGIN; DELETE FROM event_runs;" DB_EVENT_RUNS_OF_ROWS "; COMMIT;", NULL, NULL, NULL);
+    return n;
+}
+
+/* Closes a file the fixture wrote: its rows went in by SQL, not through
+ * db_insert_events and the analyses, so event_runs and the steps' totals
+ * are made again from them (where the file has the tables: fixture_exec
+ * also makes files that are not pprun's, and older ones). */
+static void close_rw(sqlite3 *db) {
+    if (tables_of(db, "'events', 'event_runs'") == 2)
+        sqlite3_exec(db, "BEGIN; DELETE FROM event_runs;" DB_EVENT_RUNS_OF_ROWS "; COMMIT;", NULL, NULL, NULL);
+    if (tables_of(db, "'step_stats', 'step_idle', 'step_totals', 'step_idle_totals'") == 4)
+        sqlite3_exec(db,
+                     "BEGIN; DELETE FROM step_totals; DELETE FROM step_idle_totals;" DB_STEP_TOTALS_OF(
+                         "") ";" DB_STEP_IDLE_TOTALS_OF("") "; COMMIT;",
+                     NULL, NULL, NULL);
     sqlite3_close(db);
 }
 
