@@ -549,28 +549,23 @@ Test(launch_fail, the_memory_a_process_may_use_is_its_cgroups_limit) {
     cr_assert_eq(got, 256u << 20);
 }
 
-/* A rank the kernel's out-of-memory killer kills (its cgroup limited to
- * 64 MiB, the rank asking for 512 MiB) is said to be most likely that:
- * SIGKILL alone tells a user nothing, and pprun sent none. */
-Test(launch_fail, a_rank_killed_for_memory_is_said_to_be, .timeout = 90) {
-    if (launch_oom_kills() < 0) cr_skip_test("this kernel's /proc/vmstat has no oom_kill count");
+/* pprun with args, started in a new memory cgroup of 64 MiB, into *p
+ * (its stderr in p->err); skips where no cgroup can be made. */
+static void run_in_64mib(const char *const *args, lt_proc *p) {
     char cg[512], why[1024];
     if (geteuid() != 0) cr_skip_test("needs root: to make a memory cgroup");
     if (memory_cgroup_make(cg, sizeof cg, 64u << 20, why, sizeof why) != 0) cr_skip_test("%s", why);
-    const char *args[] = {"launch", "--nproc-per-node", "2", "--", "sh", "-c",
-                          "if [ \"$RANK\" = 1 ]; then exec python3 -c 'b = bytearray(512 << 20)'; fi; sleep 30", NULL};
-    lt_proc p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.dir, sizeof p.dir, "/tmp/pprun-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(p.dir));
+    memset(p, 0, sizeof *p);
+    snprintf(p->dir, sizeof p->dir, "/tmp/pprun-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(p->dir));
     char out[128], errf[128], procs[600];
-    snprintf(out, sizeof out, "%s/out.txt", p.dir);
-    snprintf(errf, sizeof errf, "%s/err.txt", p.dir);
+    snprintf(out, sizeof out, "%s/out.txt", p->dir);
+    snprintf(errf, sizeof errf, "%s/err.txt", p->dir);
     snprintf(procs, sizeof procs, "%s/cgroup.procs", cg);
     fflush(NULL);
-    p.pid = fork();
-    cr_assert_geq(p.pid, 0);
-    if (p.pid == 0) {
+    p->pid = fork();
+    cr_assert_geq(p->pid, 0);
+    if (p->pid == 0) {
         int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fo, 1);
         dup2(fe, 2);
@@ -578,17 +573,53 @@ Test(launch_fail, a_rank_killed_for_memory_is_said_to_be, .timeout = 90) {
         if (!c || fprintf(c, "%d\n", (int)getpid()) < 0 || fclose(c) != 0) _exit(125);
         lt_exec(args);
     }
-    int ended = lt_wait_within(&p, 60);
-    if (!ended) kill(p.pid, SIGKILL), lt_wait(&p);
+    int ended = lt_wait_within(p, 60);
+    if (!ended) kill(p->pid, SIGKILL), lt_wait(p);
     rmdir(cg);
-    cr_assert(ended, "pprun did not end: %s", p.err);
-    cr_assert_neq(p.status, 125, "could not join the cgroup %s", cg);
+    cr_assert(ended, "pprun did not end: %s", p->err);
+    cr_assert_neq(p->status, 125, "could not join the cgroup %s", cg);
+}
+
+/* A rank the kernel's out-of-memory killer kills (its cgroup limited to
+ * 64 MiB, the rank asking for 512 MiB) is said to be most likely that:
+ * SIGKILL alone tells a user nothing, and pprun sent none. The kills are
+ * counted in pprun's memory cgroup, which its ranks inherit (a Slurm
+ * step's, a container's): that one rank, whatever else the machine's
+ * killer killed meanwhile. So says `pprun run`'s jobs.failure. */
+Test(launch_fail, a_rank_killed_for_memory_is_said_to_be, .timeout = 120) {
+    int in_cgroup;
+    if (launch_oom_kills(&in_cgroup) < 0) cr_skip_test("this kernel's /proc/vmstat has no oom_kill count");
+    static const char rank1_asks[] =
+        "if [ \"$RANK\" = 1 ]; then exec python3 -c 'b = bytearray(512 << 20)'; fi; sleep 30";
+    const char *launch[] = {"launch", "--nproc-per-node", "2", "--", "sh", "-c", rank1_asks, NULL};
+    lt_proc p;
+    run_in_64mib(launch, &p);
     cr_assert_eq(p.status, 1, "exit %d: %s", p.status, p.err);
     lt_assert_has(p.err, "rank      : 1 (local_rank: 1)");
     lt_assert_has(p.err, "signal    : SIGKILL (9)");
-    /* the count is the machine's: another test's process may be killed meanwhile */
-    lt_assert_has(p.err, "cause     : the kernel's out-of-memory killer, most likely: it killed ");
-    lt_assert_has(p.err, " on this node during the attempt (oom_kill in /proc/vmstat; `dmesg` names them)");
+    lt_assert_has(p.err, "cause     : the kernel's out-of-memory killer, most likely: it killed 1 process in the "
+                         "job's memory cgroup on this node during the attempt (oom_kill in the cgroup's "
+                         "memory.events or memory.oom_control; `dmesg` names them)");
+    lt_free(&p);
+
+    const char *db = tfix_path("oom.db");
+    const char *run[] = {"run", "--nproc-per-node", "2", "--db", db, "--progress", "off", "--",
+                         "sh", "-c", rank1_asks, NULL};
+    run_in_64mib(run, &p);
+    cr_assert_eq(p.status, 1, "exit %d: %s", p.status, p.err);
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, "SELECT status, failure FROM jobs", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "failed");
+    const char *failure = (const char *)sqlite3_column_text(st, 1);
+    cr_assert(failure && strncmp(failure, "rank 1 (local rank 1 on ", 24) == 0 &&
+                  strstr(failure, ") was killed by SIGKILL, most likely the kernel's out-of-memory killer (it killed "
+                                  "in the job's memory cgroup)"),
+              "%s", failure ? failure : "(null)");
+    sqlite3_finalize(st);
+    sqlite3_close(s);
     lt_free(&p);
 }
 

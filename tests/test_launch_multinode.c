@@ -805,7 +805,7 @@ Test(launch_multinode, a_forged_failure_report_blames_no_rank) {
     store_client *c;
     pp_err err;
     cr_assert_eq(store_connect("127.0.0.1", atoi(port), 5000000000ull, &c, &err), 0, "%s", err.msg);
-    const char forged[] = "v4 1 5 99 3 0 1234 0 0 0 0 0 0 0\nforged-host\nwhy\ntail";
+    const char forged[] = "v5 1 5 99 3 0 1234 0 0 0 0 0 0 0 0\nforged-host\nwhy\ntail";
     cr_assert_eq(store_set(c, "pprun/a/0/fail", forged, sizeof forged - 1, &err), 0, "%s", err.msg);
     cr_assert_eq(store_set(c, "pprun/a/0/end", "", 0, &err), 0, "%s", err.msg);
     store_close(c);

@@ -190,14 +190,15 @@ static void key(char *buf, size_t cap, int attempt, const char *name) {
 /* --- failure as text, for the other nodes ------------------------------------ */
 
 /* The numbers on the first line; then one line each for the host and the
- * hung rank's why (neither holds a newline), then the stderr tail. v4:
- * whether a rank was stopped from outside (launch_failure.outside), then
- * the out-of-memory kills on its node (oom_kills), are the last numbers. */
+ * hung rank's why (neither holds a newline), then the stderr tail. The
+ * last numbers: whether a rank was stopped from outside
+ * (launch_failure.outside, v4), the out-of-memory kills on its node
+ * (oom_kills, v4) and whether they are its memory cgroup's (v5). */
 static int failure_encode(const launch_failure *f, int stop, char *buf, size_t cap) {
-    return snprintf(buf, cap, "v4 %d %d %d %d %d %d %" PRIu64 " %d %d %d %d %d %" PRId64 "\n%s\n%s\n%s", f->node_rank,
-                    f->global_rank, f->local_rank, f->exit_code, f->signal, (int)f->pid, f->wall_ns, stop, f->hung,
-                    (int)(unsigned char)f->state, f->witness, f->outside, f->oom_kills, f->host, f->why,
-                    f->stderr_tail);
+    return snprintf(buf, cap, "v5 %d %d %d %d %d %d %" PRIu64 " %d %d %d %d %d %" PRId64 " %d\n%s\n%s\n%s",
+                    f->node_rank, f->global_rank, f->local_rank, f->exit_code, f->signal, (int)f->pid, f->wall_ns, stop,
+                    f->hung, (int)(unsigned char)f->state, f->witness, f->outside, f->oom_kills, f->oom_in_cgroup,
+                    f->host, f->why, f->stderr_tail);
 }
 
 /* The line at *p into out (cap bytes, cut to fit); *p moves past it.
@@ -217,10 +218,10 @@ static int next_line(const char **p, char *out, size_t cap) {
 static int failure_decode(const char *text, const launch_options *o, launch_failure *f, int *stop) {
     memset(f, 0, sizeof *f);
     int pid, state;
-    if (sscanf(text, "v4 %d %d %d %d %d %d %" SCNu64 " %d %d %d %d %d %" SCNd64, &f->node_rank, &f->global_rank,
-               &f->local_rank, &f->exit_code, &f->signal, &pid, &f->wall_ns, stop, &f->hung, &state, &f->witness,
-               &f->outside, &f->oom_kills) != 13 ||
-        f->oom_kills < 0)
+    if (sscanf(text, "v5 %d %d %d %d %d %d %" SCNu64 " %d %d %d %d %d %" SCNd64 " %d", &f->node_rank,
+               &f->global_rank, &f->local_rank, &f->exit_code, &f->signal, &pid, &f->wall_ns, stop, &f->hung, &state,
+               &f->witness, &f->outside, &f->oom_kills, &f->oom_in_cgroup) != 14 ||
+        f->oom_kills < 0 || (f->oom_in_cgroup != 0 && f->oom_in_cgroup != 1))
         return -1;
     int world = o->nnodes * o->nproc_per_node;
     if (f->node_rank < 0 || f->node_rank >= o->nnodes || f->global_rank < -1 || f->global_rank >= world ||

@@ -225,8 +225,11 @@ typedef struct launch_failure {
     char injected[272];
     /* Killed by SIGKILL on this node while the kernel's out-of-memory
      * killer killed this many processes there (launch_oom_kills, counted
-     * from the attempt's start): most likely it; 0 when none or unknown. */
+     * from the attempt's start): most likely it; 0 when none or unknown.
+     * oom_in_cgroup: 1 when they are of the launcher's memory cgroup (the
+     * job's), 0 of the whole node. */
     int64_t oom_kills;
+    int oom_in_cgroup;
 } launch_failure;
 
 enum {
@@ -377,10 +380,13 @@ ssize_t launch_proc_file(pid_t pid, const char *name, char *buf, size_t cap);
 /* The state letter of a process, from /proc/PID/stat ('R', 'S', 'D', 'T'
  * stopped, 't' stopped by a debugger, 'Z', ...), or 0 when there is none. */
 char launch_proc_state(pid_t pid);
-/* How many processes the kernel's out-of-memory killer has killed on this
- * machine since it booted, whatever their cgroup (/proc/vmstat's
- * oom_kill); -1 where the kernel does not say. */
-int64_t launch_oom_kills(void);
+/* How many processes the kernel's out-of-memory killers (the machine's or
+ * a cgroup's) have killed in this process's memory cgroup, the one its
+ * ranks inherit (a Slurm step's, a container's: v2's memory.events, v1's
+ * memory.oom_control), *in_cgroup set; where it is in none (the root) or
+ * the file has no count, on the machine since it booted, whatever their
+ * cgroup (/proc/vmstat), *in_cgroup 0. -1 where the kernel does not say. */
+int64_t launch_oom_kills(int *in_cgroup);
 /* Sends sig (0: none) to every live descendant of root (its children,
  * theirs, ..., found in /proc by parent links; root itself not), and
  * returns how many there were (zombies do not count): what a helper

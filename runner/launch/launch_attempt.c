@@ -196,7 +196,8 @@ typedef struct attempt {
     int maybe_outside;
     uint64_t decide_at;
     launch_failure *failure; /* the caller's: the root cause, once a rank failed */
-    int64_t oom_kills;       /* launch_oom_kills at the start */
+    int64_t oom_kills;       /* launch_oom_kills at the start, */
+    int oom_in_cgroup;       /* of the launcher's memory cgroup or the node's */
 } attempt;
 
 static int attempt_alloc(attempt *a) {
@@ -395,8 +396,10 @@ static void note_failure(attempt *a, int i) {
     f->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
     f->pid = a->slots[i].pid;
     f->wall_ns = pp_wall_ns();
-    int64_t oom = f->signal == SIGKILL && a->oom_kills >= 0 ? launch_oom_kills() : -1;
-    if (oom > a->oom_kills) f->oom_kills = oom - a->oom_kills;
+    int in_cgroup = 0;
+    int64_t oom = f->signal == SIGKILL && a->oom_kills >= 0 ? launch_oom_kills(&in_cgroup) : -1;
+    if (oom > a->oom_kills && in_cgroup == a->oom_in_cgroup) f->oom_kills = oom - a->oom_kills;
+    f->oom_in_cgroup = in_cgroup;
 }
 
 /* Global rank r, which hung (hooks.blame), as the attempt's failure: the
@@ -635,8 +638,8 @@ int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
     attempt a = {.c = c,
                  .n = c->info.nproc_per_node,
                  .outcome = LAUNCH_ATTEMPT_OK,
-                 .failure = failure,
-                 .oom_kills = launch_oom_kills()};
+                 .failure = failure};
+    a.oom_kills = launch_oom_kills(&a.oom_in_cgroup);
     launch_console_init(&c->con[0], STDOUT_FILENO, NULL);
     launch_console_init(&c->con[1], STDERR_FILENO, &c->con[0]);
     c->con[0].dropping = c->con[1].dropping = c->stop_signal != 0;

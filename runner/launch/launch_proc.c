@@ -300,14 +300,32 @@ char launch_proc_state(pid_t pid) {
     return rp && rp[1] == ' ' ? rp[2] : 0;
 }
 
-int64_t launch_oom_kills(void) {
+/* The "oom_kill N" line of a file of counters, -1 where it has none. */
+static int64_t oom_kill_line(const char *path) {
     char line[128];
     long long n = -1;
-    FILE *f = fopen("/proc/vmstat", "re");
+    FILE *f = fopen(path, "re");
     while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "oom_kill %lld", &n) == 1) break;
+        if (sscanf(line, "oom_kill %lld", &n) == 1) break; /* not oom_kill_disable: no number follows it */
     if (f) fclose(f);
     return n;
+}
+
+int64_t launch_oom_kills(int *in_cgroup) {
+    char dir[600], file[700];
+    const char *limit;
+    *in_cgroup = 0;
+    if (pp_memory_cgroup(dir, sizeof dir, &limit) == 0 && strcmp(dir, "/sys/fs/cgroup") != 0 &&
+        strcmp(dir, "/sys/fs/cgroup/memory") != 0) {
+        int v2 = strcmp(limit, "memory.max") == 0;
+        snprintf(file, sizeof file, "%s/%s", dir, v2 ? "memory.events" : "memory.oom_control");
+        int64_t n = oom_kill_line(file);
+        if (n >= 0) {
+            *in_cgroup = 1;
+            return n;
+        }
+    }
+    return oom_kill_line("/proc/vmstat");
 }
 
 /* ---- the guard ------------------------------------------------------------ */

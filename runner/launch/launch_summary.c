@@ -52,9 +52,11 @@ static void print_rank(FILE *out, const launch_failure *f, const char *when) {
     if (f->injected[0]) fprintf(out, "  cause     : injected by %s (fault injection: not a bug)\n", f->injected);
     else if (f->oom_kills > 0)
         fprintf(out,
-                "  cause     : the kernel's out-of-memory killer, most likely: it killed %lld process%s on this node "
-                "during the attempt (oom_kill in /proc/vmstat; `dmesg` names them)\n",
-                (long long)f->oom_kills, f->oom_kills == 1 ? "" : "es");
+                "  cause     : the kernel's out-of-memory killer, most likely: it killed %lld process%s %s "
+                "during the attempt (oom_kill in %s; `dmesg` names them)\n",
+                (long long)f->oom_kills, f->oom_kills == 1 ? "" : "es",
+                f->oom_in_cgroup ? "in the job's memory cgroup on this node" : "on this node",
+                f->oom_in_cgroup ? "the cgroup's memory.events or memory.oom_control" : "/proc/vmstat");
     else if (!f->hung && launch_is_stop_signal(f->signal))
         fprintf(out, "  cause     : %s, which pprun had not sent, while its launcher (node rank %d) got no stop "
                      "signal in its teardown: the rank's own (a trap's kill, an uncaught KeyboardInterrupt) or a kill "
