@@ -615,6 +615,11 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
         {"step_idle", NULL,
          "CREATE TEMP VIEW IF NOT EXISTS step_idle AS SELECT job_id, step, rank, cause,"
          " sum(end_ns - start_ns) AS idle_ns FROM main.gaps GROUP BY job_id, step, rank, cause"},
+        /* step_idle_totals (below) straight from the gaps: through the
+         * view above SQLite grouped every gap twice at each read */
+        {"step_idle", NULL,
+         "CREATE TEMP VIEW IF NOT EXISTS step_idle_totals AS SELECT job_id, step, cause, " DB_TOTAL_NS(
+             "end_ns - start_ns") " AS idle_ns FROM main.gaps GROUP BY job_id, step, cause"},
         /* each covers the columns of the entries after it: one view of events */
         {"events", "name", "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS name, NULL AS optim_bytes,"
                            " NULL AS wait_cpu_ns FROM main.events"},

@@ -22,8 +22,15 @@
  * 10: event_runs, for events_by_time; 11: step_totals, step_idle_totals, step_idle_wait_dp */
 #define DB_SCHEMA_VERSION 11
 
+/* The sum of a column of times (ns) as an integer that never fails: exact
+ * up to 2^53 ns (104 days), INT64_MAX past 2^63, where SQL's sum() stops
+ * the statement with "integer overflow" (rows of a garbled clock); readers
+ * refuse a total past its bound by name (db/bounds.h). */
+#define DB_TOTAL_NS(column) "CAST(total(" column ") AS INTEGER)"
+
 /* A step's totals (step_totals, step_idle_totals) from its rows of
- * step_stats and step_idle: the analyses write a step's after its rows
+ * step_stats and step_idle, every row (a forged rank past the job's world
+ * too): the analyses write a step's after its rows
  * (`where` "WHERE job_id=?1 AND step=?2"), the migration to version 11
  * every step's (""), and so may whatever writes rows without the analyses
  * (a test's fixture). A reader of an older file sees the same SELECTs as
@@ -34,7 +41,8 @@
     " max(bubble_ratio) AS bubble_ratio_max, max(act_peak_bytes) AS act_peak_bytes_max FROM step_stats " where         \
     " GROUP BY job_id, step"
 #define DB_STEP_IDLE_TOTALS_SELECT(where)                                                                              \
-    "SELECT job_id, step, cause, sum(idle_ns) AS idle_ns FROM step_idle " where " GROUP BY job_id, step, cause"
+    "SELECT job_id, step, cause, " DB_TOTAL_NS("idle_ns") " AS idle_ns FROM step_idle " where                          \
+    " GROUP BY job_id, step, cause"
 #define DB_STEP_TOTALS_OF(where) "INSERT OR REPLACE INTO step_totals " DB_STEP_TOTALS_SELECT(where)
 #define DB_STEP_IDLE_TOTALS_OF(where) "INSERT OR REPLACE INTO step_idle_totals " DB_STEP_IDLE_TOTALS_SELECT(where)
 

@@ -565,8 +565,7 @@ static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
             if (!isnan(s->bubble_by_rank[k])) sum += s->bubble_by_rank[k], n++;
         r->bubble_ratio = n ? sum / n : NAN;
     }
-    return replica_sums(db, s, "SELECT rank, idle_ns FROM step_idle WHERE job_id=?1 AND step>=?2 AND cause='wait_dp'",
-                        0, err) != 0 ||
+    return replica_sums(db, s, SQL_WAIT_DP_ROWS, 0, err) != 0 ||
                    replica_sums(db, s,
                                 "SELECT rank, start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2 AND"
                                 " source='cpu' AND phase='SPAN' AND name IN "

@@ -36,6 +36,10 @@
     "SELECT step, start_ns, end_ns, bubble_ratio_mean FROM step_totals WHERE job_id=?1 " where            \
     " AND ranks >= (SELECT world_size FROM jobs WHERE id=?1)"
 
+/* Each rank's waits for the data-parallel all-reduce of job ?1 from step
+ * ?2 on: the rows of the partial index step_idle_wait_dp alone. */
+#define SQL_WAIT_DP_ROWS "SELECT rank, idle_ns FROM step_idle WHERE job_id=?1 AND step>=?2 AND cause='wait_dp'"
+
 /* A growable list of durations (ns), to take a median of; the owner frees v. */
 typedef struct durations {
     int64_t *v;

@@ -1899,8 +1899,8 @@ Test(web, steps_give_the_least_and_most_of_the_ranks_with_or_without_them) {
         cr_assert_eq(num(j, "limit"), 100000);
         cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "steps"), 1);
         const double figures[3] = {num(st, "bubble_ratio_mean"), num(st, "start"), num(st, "time_ns")};
-        for (int k = 0; k < 3; k++)
-            if (per_rank) cr_assert_eq(figures[k], without[k], "figure %d", k);
+        for (int k = 0; k < 3; k++) /* SQL's avg() may sum compensated (SQLite 3.43 on): a last bit apart */
+            if (per_rank) cr_assert_float_eq(figures[k], without[k], 1e-12 * fabs(without[k]), "figure %d", k);
             else without[k] = figures[k];
         cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(st, "complete")));
         cr_assert_eq(num(st, "bubble_ratio_min"), 0.0625);

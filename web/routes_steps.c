@@ -245,6 +245,9 @@ void route_steps(route_req *q, reply *r) {
     }
     for (int k = 0; k < j->world; k++)
         rank_peak[k] = -1;
+    /* one snapshot for the page: the ranks' peaks are read after the
+     * steps' cursors end, which ends their read */
+    sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
     sqlite3_bind_int64(stats, 1, j->id);
     sqlite3_bind_int64(stats, 2, since);
     sqlite3_bind_int64(losses, 1, j->id);
@@ -295,6 +298,7 @@ out:
     sqlite3_finalize(stats);
     sqlite3_finalize(losses);
     sqlite3_finalize(evals);
+    if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
 }
 
 /* The heatmap's cells, at most: 1,024 ranks get 256 columns (about 1.5 MB

@@ -386,9 +386,10 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
                  f->host, launch_signal_name(f->signal, sigbuf),
                  launch_is_stop_signal(f->signal) ? ", which pprun had not sent" : "",
                  f->injected[0] ? " (injected by " : "", f->injected, f->injected[0] ? ")" : "",
-                 f->oom_kills <= 0    ? ""
-                 : f->oom_in_cgroup ? ", most likely the kernel's out-of-memory killer (it killed in the job's memory cgroup)"
-                                    : ", most likely the kernel's out-of-memory killer (oom_kill in /proc/vmstat)");
+                 f->oom_kills <= 0 ? ""
+                 : f->oom_in_cgroup
+                     ? ", most likely the kernel's out-of-memory killer (it killed in the job's memory cgroup)"
+                     : ", most likely the kernel's out-of-memory killer (oom_kill in /proc/vmstat)");
     else if (res->status == LAUNCH_FAILED)
         snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d%s%s", f->global_rank, f->local_rank,
                  f->host, f->exit_code, line[0] ? ": " : "", line);

@@ -315,8 +315,10 @@ int64_t launch_oom_kills(int *in_cgroup) {
     char dir[600], file[700];
     const char *limit;
     *in_cgroup = 0;
-    if (pp_memory_cgroup(dir, sizeof dir, &limit) == 0 && strcmp(dir, "/sys/fs/cgroup") != 0 &&
-        strcmp(dir, "/sys/fs/cgroup/memory") != 0) {
+    /* v1's root has a count of its own processes alone; v2's has no
+     * memory.events, and "/" in a container's cgroup namespace is the
+     * container's cgroup, whose count it is */
+    if (pp_memory_cgroup(dir, sizeof dir, &limit) == 0 && strcmp(dir, "/sys/fs/cgroup/memory") != 0) {
         int v2 = strcmp(limit, "memory.max") == 0;
         snprintf(file, sizeof file, "%s/%s", dir, v2 ? "memory.events" : "memory.oom_control");
         int64_t n = oom_kill_line(file);
