@@ -228,7 +228,8 @@ static void ck_decide(void) {
     }
     if (sum == 0 || 2 * tsc_ns >= mono_ns) {
         char why[160];
-        snprintf(why, sizeof why, "rdtsc costs %.1f ns, clock_gettime %.1f ns: the TSC is no faster (trapped?)",
+        snprintf(why, sizeof why,
+                 "rdtsc costs %.1f ns, clock_gettime %.1f ns: not half (a trapped TSC, or a busy machine)",
                  (double)tsc_ns / 16, (double)mono_ns / 16);
         ck_fallback(why);
         return;
