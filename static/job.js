@@ -218,8 +218,10 @@ function onEvents(rows) {
 
 const followWindowSoon = throttled(() => { if (S.follow) fetchWindow(); }, LIVE_REDRAW_MS);
 const drawChartsSoon = throttled(() => drawCharts(), LIVE_REDRAW_MS);
-// The heatmap reads every step's statistics: while following, every 5 s.
-const heatmapSoon = throttled(() => loadHeatmap(S.job), 5000);
+// The heatmap reads every step's statistics: while following, every 5 s,
+// and for a large job (1.6 s at 5,000 steps of 1,024 ranks) at most a
+// tenth of the time.
+const heatmapSoon = throttled(() => loadHeatmap(S.job), 5000, 9);
 
 // A step completed, with its statistics.
 function onStepDone(d) {

@@ -38,22 +38,26 @@ export function sizeCanvas(c, cssH) {
 // completes steps far more often than a page should redraw its charts or
 // ask the server for its window (at 3 ms a step, one request per step was
 // 75 a second).
-export function throttled(fn, ms) {
+export function throttled(fn, ms, slow = 0) {
   // A call while the promise fn returns is pending runs it once more after
   // (never two at once: a large job's heatmap or critical path takes
-  // seconds), ms from the end of the one before. An fn that returns no
-  // promise is done when it returns.
-  let last = 0, timer = null, running = false, again = false;
+  // seconds), ms from the end of the one before, or `slow` times as long as
+  // that one took where that is longer: a request of seconds is then asked
+  // for at most 1 / (1 + slow) of the time (the live heatmap of a 1,024-rank
+  // job: every rank's every step, read while the job runs on that machine).
+  // An fn that returns no promise is done when it returns.
+  let last = 0, gap = ms, timer = null, running = false, again = false;
   const run = async () => {
     timer = null; running = true;
+    const t0 = Date.now();
     try { await fn(); } finally {
-      running = false; last = Date.now();
+      running = false; last = Date.now(); gap = Math.max(ms, slow * (last - t0));
       if (again) { again = false; call(); }
     }
   };
   const call = () => {
     if (running) { again = true; return; }
-    if (!timer) timer = setTimeout(run, Math.max(0, last + ms - Date.now()));
+    if (!timer) timer = setTimeout(run, Math.max(0, last + gap - Date.now()));
   };
   return call;
 }

@@ -292,6 +292,12 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_str_eq(cJSON_GetArrayItem(cells, 1)->valuestring, "24", "3 steps x 8 W on rank 0");
     cr_assert(strstr(cJSON_GetObjectItem(j, "sqlError")->valuestring, "DELETE"));
     cr_assert_eq(jnum(j, "sqlRowsAfterError"), 0, "a refused query leaves no earlier rows under its error");
+    /* A reload of 50 ms or more, asked for again at once, waits 4 times as
+     * long (the live heatmap of a large job: a fifth of the time at most,
+     * there a tenth); Date.now() is whole milliseconds. */
+    const cJSON *th = cJSON_GetObjectItem(j, "throttle");
+    cr_assert(jnum(th, "took") >= 50 && jnum(th, "gap") >= 4 * jnum(th, "took") - 2, "took %g ms, then %g ms",
+              jnum(th, "took"), jnum(th, "gap"));
     /* A tooltip near the right edge is kept inside the window. */
     const cJSON *et = cJSON_GetObjectItem(j, "edgeTip");
     cr_assert(jnum(et, "left") >= 0 && jnum(et, "right") <= jnum(et, "width") &&

@@ -164,6 +164,25 @@ try {
     await page.waitForSelector('#sql-error:not([hidden])', { timeout: 5000 });
     out.sqlError = await page.textContent('#sql-error');
     out.sqlRowsAfterError = await page.$$eval('#sql-result tr', (trs) => trs.length);
+    // A reload that took long (a large job's live heatmap) runs again only
+    // after `slow` times as long (util.js's throttled): one of 50 ms, slow 4.
+    out.throttle = await page.evaluate(async () => {
+      const { throttled } = await import('./util.js');
+      const runs = [];
+      let done;
+      const both = new Promise((r) => { done = r; });
+      const f = throttled(async () => {
+        const t0 = Date.now();
+        while (Date.now() - t0 < 50);
+        runs.push([t0, Date.now()]);
+        if (runs.length === 2) done();
+      }, 1, 4);
+      f();
+      await new Promise((r) => setTimeout(r, 5));
+      f();
+      await both;
+      return { took: runs[0][1] - runs[0][0], gap: runs[1][0] - runs[0][1] };
+    });
     // 100,000 events in view: drawn from typed arrays in one frame.
     await page.click('button[data-tab=timeline]');
     out.synthetic100kMs = await page.evaluate(() => window.__pprun.loadSynthetic(100000));
