@@ -130,8 +130,7 @@ static int generate(const char *path, long target, long *steps_out) {
      * analyses: their runs (schema.sql's event_runs) and the steps' totals
      * from them, as the migrations make them. */
     sqlite3_exec(db,
-                 "COMMIT; BEGIN; DELETE FROM event_runs;" DB_EVENT_RUNS_OF_ROWS ";" DB_STEP_TOTALS_OF(
-                     "") ";" DB_STEP_IDLE_TOTALS_OF("") "; COMMIT",
+                 "COMMIT; BEGIN; DELETE FROM event_runs;" DB_EVENT_RUNS_OF_ROWS ";" DB_STEP_TOTALS_OF_ROWS "; COMMIT",
                  NULL, NULL, NULL);
     sqlite3_finalize(ev);
     sqlite3_finalize(ss);

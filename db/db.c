@@ -211,7 +211,7 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "CREATE TABLE step_idle_totals (job_id INTEGER NOT NULL, step INTEGER NOT NULL, cause TEXT NOT NULL,"
     " idle_ns INTEGER NOT NULL, PRIMARY KEY (job_id, step, cause)) WITHOUT ROWID;"
     "CREATE INDEX step_idle_wait_dp ON step_idle(job_id, step, rank, idle_ns) WHERE cause = 'wait_dp';"
-    DB_STEP_TOTALS_OF("") ";" DB_STEP_IDLE_TOTALS_OF("") ";",
+    DB_STEP_TOTALS_OF_ROWS ";",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction, if the file

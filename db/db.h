@@ -45,6 +45,10 @@
     " GROUP BY job_id, step, cause"
 #define DB_STEP_TOTALS_OF(where) "INSERT OR REPLACE INTO step_totals " DB_STEP_TOTALS_SELECT(where)
 #define DB_STEP_IDLE_TOTALS_OF(where) "INSERT OR REPLACE INTO step_idle_totals " DB_STEP_IDLE_TOTALS_SELECT(where)
+/* Every step's totals made again from the file's rows: the migration to
+ * version 11, and whatever wrote rows without the analyses. */
+#define DB_STEP_TOTALS_OF_ROWS                                                                                         \
+    "DELETE FROM step_totals; DELETE FROM step_idle_totals;" DB_STEP_TOTALS_OF("") ";" DB_STEP_IDLE_TOTALS_OF("")
 
 /* event_runs of the rows of `events` (into an empty event_runs): a rank's
  * rows of one source whose ids follow each other, found by numbering them

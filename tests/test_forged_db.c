@@ -42,8 +42,7 @@
 #define SUMMED_PAST(column) "job 1: " column " summed over its rows passes 0..4611686018427387904 (a time in ns)"
 /* the steps' totals made again from the forged rows, as the analyses
  * would have written them */
-#define RETOTAL                                                                                                        \
-    ";DELETE FROM step_totals; DELETE FROM step_idle_totals;" DB_STEP_TOTALS_OF("") ";" DB_STEP_IDLE_TOTALS_OF("")
+#define RETOTAL ";" DB_STEP_TOTALS_OF_ROWS
 
 typedef struct route_want {
     const char *path; /* under /api/jobs/1 */

@@ -150,10 +150,7 @@ static void close_rw(sqlite3 *db) {
     if (tables_of(db, "'events', 'event_runs'") == 2)
         sqlite3_exec(db, "BEGIN; DELETE FROM event_runs;" DB_EVENT_RUNS_OF_ROWS "; COMMIT;", NULL, NULL, NULL);
     if (tables_of(db, "'step_stats', 'step_idle', 'step_totals', 'step_idle_totals'") == 4)
-        sqlite3_exec(db,
-                     "BEGIN; DELETE FROM step_totals; DELETE FROM step_idle_totals;" DB_STEP_TOTALS_OF(
-                         "") ";" DB_STEP_IDLE_TOTALS_OF("") "; COMMIT;",
-                     NULL, NULL, NULL);
+        sqlite3_exec(db, "BEGIN;" DB_STEP_TOTALS_OF_ROWS "; COMMIT;", NULL, NULL, NULL);
     sqlite3_close(db);
 }
 
