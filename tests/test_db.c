@@ -28,6 +28,14 @@ static const char *q_text(sqlite3 *s, const char *sql, char *buf, size_t n) {
     return buf;
 }
 
+/* sql run on the file at path, which it must take. */
+static void file_exec(const char *path, const char *sql) {
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(s, sql, NULL, NULL, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
+    sqlite3_close(s);
+}
+
 static db *open_fresh(const char *name) {
     return tfix_open_fresh(tfix_path(name));
 }
@@ -578,17 +586,10 @@ Test(db, a_version_3_file_reads_step_idle_from_its_gaps_and_migrates, .init = us
     job_summary v4;
     cr_assert_eq(summary_read(db_sqlite(d), job, 0, &v4, &err), 0, "%s", err.msg);
     db_close(d);
+    file_exec(path, TFIX_BEFORE_V11
+              "DROP TABLE step_idle; ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+              "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=3;");
     sqlite3 *s;
-    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(
-        sqlite3_exec(
-            s,
-            TFIX_BEFORE_V11
-            "DROP TABLE step_idle; ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
-            "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=3;",
-            NULL, NULL, NULL),
-        SQLITE_OK, "%s", sqlite3_errmsg(s));
-    sqlite3_close(s);
 
     for (int reader = 0; reader < 2; reader++) {
         int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
@@ -686,15 +687,9 @@ Test(db, a_version_4_file_reads_events_without_names_and_migrates) {
     int64_t job = analysed_file("v4.db", &n);
     sqlite3 *s;
     pp_err err;
-    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(
-        sqlite3_exec(s,
-                     TFIX_BEFORE_V11
-                     "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
-                     "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=4;",
-                     NULL, NULL, NULL),
-        SQLITE_OK, "%s", sqlite3_errmsg(s));
-    sqlite3_close(s);
+    file_exec(path, TFIX_BEFORE_V11
+              "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+              "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=4;");
     for (int reader = 0; reader < 2; reader++) {
         int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
@@ -995,15 +990,8 @@ Test(db, idle_past_2_63_migrates_and_is_refused_by_name) {
     const char *path = tfix_path("v10-huge.db");
     size_t n;
     int64_t job = analysed_file("v10-huge.db", &n);
-    sqlite3 *s;
-    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s,
-                              "INSERT INTO step_idle VALUES (1, 1, 7, 'other', 9223372036854775807),"
-                              " (1, 1, 8, 'other', 9223372036854775807);" TFIX_BEFORE_V11
-                              "PRAGMA user_version=10;",
-                              NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(s));
-    sqlite3_close(s);
+    file_exec(path, "INSERT INTO step_idle VALUES (1, 1, 7, 'other', 9223372036854775807),"
+                    " (1, 1, 8, 'other', 9223372036854775807);" TFIX_BEFORE_V11 "PRAGMA user_version=10;");
     db *d;
     pp_err err;
     cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
