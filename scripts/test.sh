@@ -64,7 +64,7 @@ waiting=" test_launch_multinode test_slurm test_attack_launch test_gpu_mps_emu "
 # log. Writes what it reports to $results/NAME.report and its counts
 # "passed failed skipped" to $results/NAME.counts.
 run_exe() {
-  local kind=$1 t=$2 name=${3:-$(basename "$2")} filter=${4:-} log rc line skips tested failing crashing began=$SECONDS
+  local kind=$1 t=$2 name=${3:-$(basename "$2")} filter=${4:-} log rc line skipped skips tested failing crashing began=$SECONDS
   log=$(dirname "$t")/$name.log
   "$t" --jobs 1 --timeout 300 --verbose ${filter:+--filter "$filter"} >"$log" 2>&1
   rc=$?
@@ -79,9 +79,10 @@ run_exe() {
   echo "$line"
   # A skip is not a pass: say how many and why (e.g. no CUDA device).
   # (a test its filter leaves out is listed as "Test is disabled": not run, not a skip)
-  skips=$(grep -a '^\[SKIP\]' "$log" | grep -a -v -c ': Test is disabled$')
+  skipped=$(grep -a '^\[SKIP\]' "$log" | grep -a -v ': Test is disabled$')
+  skips=$(grep -c . <<<"$skipped")
   if [ "$skips" -gt 0 ]; then
-    echo "   $skips skipped: $(grep -a '^\[SKIP\]' "$log" | grep -a -v ': Test is disabled$' | sed 's/^\[SKIP\] [^ ]*: //' | sort | uniq -c | head -3 | tr -s ' ' | paste -sd';')"
+    echo "   $skips skipped: $(sed 's/^\[SKIP\] [^ ]*: //' <<<"$skipped" | sort | uniq -c | head -3 | tr -s ' ' | paste -sd';')"
   fi
   tested=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$line")
   failing=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$line")
