@@ -799,27 +799,34 @@ Test(launch_multinode, nodes_with_the_token_meet_on_a_non_loopback_address_and_o
  * unknown, and blame no rank (before: "rank 5 (local_rank 99)" of a 2-rank
  * job, whose ranks were well). */
 Test(launch_multinode, a_forged_failure_report_blames_no_rank) {
-    char port[16];
-    lt_proc n0, n1;
-    two_sleeping_nodes(tfix_mkdir("forged-failure"), port, &n0, &n1);
-    store_client *c;
-    pp_err err;
-    cr_assert_eq(store_connect("127.0.0.1", atoi(port), 5000000000ull, &c, &err), 0, "%s", err.msg);
-    const char forged[] = "v5 1 5 99 3 0 1234 0 0 0 0 0 0 0 0\nforged-host\nwhy\ntail";
-    cr_assert_eq(store_set(c, "pprun/a/0/fail", forged, sizeof forged - 1, &err), 0, "%s", err.msg);
-    cr_assert_eq(store_set(c, "pprun/a/0/end", "", 0, &err), 0, "%s", err.msg);
-    store_close(c);
-    lt_wait(&n0);
-    lt_wait(&n1);
-    const lt_proc *nodes[2] = {&n0, &n1};
-    for (int k = 0; k < 2; k++) {
-        cr_assert_eq(nodes[k]->status, 1, "node %d: %s", k, nodes[k]->err);
-        cr_assert(strstr(nodes[k]->err, "names no node or rank of this job"), "node %d: %s", k, nodes[k]->err);
-        cr_assert_null(strstr(nodes[k]->err, "forged-host"), "node %d: %s", k, nodes[k]->err);
-        cr_assert_null(strstr(nodes[k]->err, "rank      : 5"), "node %d: %s", k, nodes[k]->err);
+    /* a rank the job does not have; rank 1, with an out-of-memory scope
+     * that is neither the node's (0) nor the cgroup's (1) */
+    static const char *const forged[] = {"v5 1 5 99 3 0 1234 0 0 0 0 0 0 0 0\nforged-host\nwhy\ntail",
+                                         "v5 1 1 0 -1 9 1234 0 0 0 0 0 0 1 2\nforged-host\nwhy\ntail"};
+    for (size_t f = 0; f < sizeof forged / sizeof *forged; f++) {
+        char port[16], dir[64];
+        lt_proc n0, n1;
+        snprintf(dir, sizeof dir, "forged-failure-%zu", f);
+        two_sleeping_nodes(tfix_mkdir(dir), port, &n0, &n1);
+        store_client *c;
+        pp_err err;
+        cr_assert_eq(store_connect("127.0.0.1", atoi(port), 5000000000ull, &c, &err), 0, "%s", err.msg);
+        cr_assert_eq(store_set(c, "pprun/a/0/fail", forged[f], strlen(forged[f]), &err), 0, "%s", err.msg);
+        cr_assert_eq(store_set(c, "pprun/a/0/end", "", 0, &err), 0, "%s", err.msg);
+        store_close(c);
+        lt_wait(&n0);
+        lt_wait(&n1);
+        const lt_proc *nodes[2] = {&n0, &n1};
+        for (int k = 0; k < 2; k++) {
+            cr_assert_eq(nodes[k]->status, 1, "report %zu, node %d: %s", f, k, nodes[k]->err);
+            cr_assert(strstr(nodes[k]->err, "names no node or rank of this job"), "report %zu, node %d: %s", f, k,
+                      nodes[k]->err);
+            cr_assert_null(strstr(nodes[k]->err, "forged-host"), "report %zu, node %d: %s", f, k, nodes[k]->err);
+            cr_assert_null(strstr(nodes[k]->err, "rank      : "), "report %zu, node %d: %s", f, k, nodes[k]->err);
+        }
+        lt_free(&n0);
+        lt_free(&n1);
     }
-    lt_free(&n0);
-    lt_free(&n1);
 }
 
 /* A two-node `pprun run` into dir/hosts.db whose node 1 runs in a UTS
