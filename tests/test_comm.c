@@ -1,11 +1,11 @@
 /* test_comm.c: the point-to-point transport between real processes, over
  * shared memory and over TCP: order per tag, 64 MiB messages, many tags in
  * flight received out of order, size mismatches, timeouts, dead peers and
- * peers without the job token; and over shared memory, where a receive may
- * read the ring itself: a flush past the ring's size that no receive helps,
- * two threads receiving from one peer, a receiver that waits long and does
- * not spin, receives switching between waiting short and long, and two
- * threads sending big messages to one peer. */
+ * peers without the job token, a TCP reader thread that cannot start; and
+ * over shared memory, where a receive may read the ring itself: a flush past
+ * the ring's size that no receive helps, two threads receiving from one peer,
+ * a receiver that waits long and does not spin, receives switching between
+ * waiting short and long, and two threads sending big messages to one peer. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <signal.h>
@@ -15,6 +15,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <errno.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -856,4 +858,67 @@ Test(comm_shm, rings_shrink_with_the_ranks_of_a_node) {
     cr_assert_eq(comm_shm_ring_bytes(256, 23 * gb), 256u << 10);
     cr_assert_eq(comm_shm_ring_bytes(4096, 1 * gb), 256u << 10);
     cr_assert_eq(comm_shm_ring_bytes(256, 2048 * gb), 4u << 20, "a machine of 2 TB keeps them");
+}
+
+/* ---- a TCP reader thread that cannot start ---------------------------------- */
+
+/* Rank 1 runs as a user with no thread left to start (RLIMIT_NPROC at the
+ * threads it runs; the real uid is what the limit counts, and the saved uid
+ * 0 takes it back after), then rank 0 connects and sends. The connection is
+ * accepted but cannot be read: rank 1's receive fails at once naming why,
+ * not at its timeout; standard error has the limits. */
+#define NO_THREADS_UID 61998
+
+static int no_reader_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    const cw_result *r = arg;
+    char ready[160];
+    snprintf(ready, sizeof ready, "/tmp/pprun-test-%s.limited", r->job_key);
+    unsigned char b[64] = {0};
+    if (rank == 0) { /* connects to rank 1 once it is limited: at its first call on rank 1 */
+        for (int i = 0; i < 10000 && access(ready, F_OK) != 0; i++)
+            pp_sleep_ns(1000000);
+        unlink(ready);
+        if (comm_recv(c, 1, 2, b, sizeof b, 10000, rep) < 0) return -1;
+        comm_send(c, 1, 1, b, sizeof b, rep); /* goes into the socket, or fails once rank 1 closed it */
+        pp_sleep_ns(1000000000);              /* alive while rank 1 waits: not "exited" */
+        comm_close(c);
+        return CW_CLOSED;
+    }
+    /* Rank 0's endpoint read from the exchange (a folder only root reads)
+     * and tag 2 sent, then no thread left to start. */
+    if (comm_send(c, 0, 2, b, sizeof b, rep) < 0 || comm_flush(c, 10000, rep) < 0) return -1;
+    struct rlimit none_left = {(rlim_t)count_tasks(), (rlim_t)count_tasks()};
+    if (setrlimit(RLIMIT_NPROC, &none_left) != 0 || setresuid(NO_THREADS_UID, NO_THREADS_UID, 0) != 0)
+        return pp_fail(rep, "cannot limit this rank's threads: %s", strerror(errno));
+    int f = open(ready, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (f < 0) return pp_fail(rep, "cannot make %s: %s", ready, strerror(errno));
+    close(f);
+    uint64_t t0 = pp_now_ns();
+    int rc = comm_recv(c, 0, 1, b, sizeof b, 10000, rep);
+    snprintf(rep->msg + strlen(rep->msg), sizeof rep->msg - strlen(rep->msg), " [after %d ms]",
+             (int)((pp_now_ns() - t0) / 1000000));
+    if (setresuid(0, 0, 0) != 0) return pp_fail(rep, "cannot be root again: %s", strerror(errno));
+    return rc == 0 ? pp_fail(rep, "received from rank 0 without a reader thread") : 2;
+}
+
+Test(comm_tcp, a_reader_thread_that_cannot_start_fails_the_receive_naming_why, .timeout = 60) {
+    if (geteuid() != 0) cr_skip_test("needs root: to run a rank as a user with a limit on threads");
+    cw_result r;
+    capture cap;
+    capture_start(&cap);
+    int rc = cw_run(2, NULL, "tcp", no_reader_fn, &r, &r);
+    const char *err = capture_end(&cap);
+    cr_assert_eq(rc, 0);
+    const char *m = r.report[1];
+    cr_assert(r.exited[1] && r.code[1] == 1, "%s", m);
+    cr_assert(strstr(m, "comm: rank 0 cannot be read: rank 1 could not start a thread to read it (Resource "
+                        "temporarily unavailable); rank 1 was waiting for tag 0x1") &&
+                  !strstr(m, "timed out"),
+              "%s", m);
+    int ms = -1;
+    const char *after = strstr(m, "[after ");
+    cr_assert(after && sscanf(after, "[after %d ms]", &ms) == 1 && ms < 5000, "%s", m);
+    cr_assert(strstr(err, "pprun comm (rank 1): comm: cannot start the reader thread for rank 0: Resource temporarily "
+                          "unavailable: the limit on threads was hit: this user's (RLIMIT_NPROC, `ulimit -u`: "),
+              "%s", err);
 }

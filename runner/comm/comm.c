@@ -149,7 +149,7 @@ void comm_reader_loop(comm_peer *p, comm_read_fn rd) {
  * to and a sender for every rank it sends to, so a data-parallel group of
  * many ranks on one node can use up the machine's threads (docs/comm.md,
  * "Threads"). */
-static void thread_failed(comm *c, const char *kind, int peer, int rc, char *buf, size_t cap) {
+void comm_thread_failed(comm *c, const char *kind, int peer, int rc, char *buf, size_t cap) {
     char limits[320] = "";
     if (rc == EAGAIN) pp_task_limits(limits, sizeof limits);
     snprintf(buf, cap,
@@ -201,7 +201,7 @@ static int peer_setup(comm_peer *p, pp_err *err) {
         }
         int rc = comm_shm_start_reader(p);
         if (rc != 0) {
-            thread_failed(c, "reader", p->rank, rc, p->setup_err, sizeof p->setup_err);
+            comm_thread_failed(c, "reader", p->rank, rc, p->setup_err, sizeof p->setup_err);
             goto fail;
         }
     } else {
@@ -429,7 +429,7 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
             drop_queue_locked(p);
             pthread_mutex_unlock(&p->mu);
             char why[sizeof err->msg];
-            thread_failed(c, "sender", peer, e, why, sizeof why);
+            comm_thread_failed(c, "sender", peer, e, why, sizeof why);
             return pp_fail(err, "%s", why);
         }
         p->sender_started = 1;

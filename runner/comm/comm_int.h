@@ -155,6 +155,9 @@ typedef int (*comm_read_fn)(comm_peer *p, void *dst, size_t n, char *why, size_t
 void comm_reader_loop(comm_peer *p, comm_read_fn rd);
 /* Starts p's reader thread (once): 0, or pthread_create's error. */
 int comm_start_reader(comm_peer *p, void *(*fn)(void *));
+/* Why the `kind` ("reader", "sender") thread for rank `peer` could not
+ * start, pthread_create's error rc, into buf (with the limits on threads). */
+void comm_thread_failed(comm *c, const char *kind, int peer, int rc, char *buf, size_t cap);
 /* 0 if peer names another rank of c, else -1 with "<who>: <op>: peer rank
  * .. out of range" / ".. is this rank itself" (devcomm shares it). */
 int comm_check_peer(const comm *c, int peer, const char *who, const char *op, pp_err *err);

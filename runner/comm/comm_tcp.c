@@ -151,9 +151,16 @@ void comm_tcp_accept(comm *c) {
             continue;
         }
         p->in_fd = fd;
-        if (comm_start_reader(p, tcp_reader_main) != 0) {
+        int rc = comm_start_reader(p, tcp_reader_main);
+        if (rc != 0) { /* what it sends cannot be read: its receives fail now, saying why, not at their timeout */
             p->in_fd = -1;
             close(fd);
+            char why[1200], dead[256];
+            comm_thread_failed(c, "reader", h.rank, rc, why, sizeof why);
+            fprintf(stderr, "pprun comm (rank %d): %s\n", c->rank, why);
+            snprintf(dead, sizeof dead, "cannot be read: rank %d could not start a thread to read it (%s)", c->rank,
+                     strerror(rc));
+            comm_peer_dead(p, dead);
         }
     }
     pthread_mutex_unlock(&c->accept_mu);
