@@ -230,7 +230,7 @@ Test(attack_web, oversized_and_malformed_requests_are_refused) {
         {HEAD("POST /api/sql HTTP/1.1", "Content-Length: 70000\r\n"), 413, "larger than the limit of 65536 bytes"},
         {HEAD("POST /api/sql HTTP/1.1", "Expect: 100-continue\r\nContent-Length: 200000\r\n"), 413,
          "larger than the limit of 65536 bytes"},
-        {big_chunk, 413, "larger than the limit of 65536 bytes"},
+        {big_chunk, 411, "a chunked request body is not read: send the body with Content-Length"},
         {HEAD("POST /api/sql HTTP/1.1", "Content-Length: 99999999999999999999999\r\n"), 413, MHD_HTML},
         {HEAD("POST /api/sql HTTP/1.1", "Content-Length: -1\r\n"), 400, MHD_HTML},
         {HEAD("POST /api/sql HTTP/1.1", "Content-Length: +5\r\n") "hello", 400, MHD_HTML},
@@ -297,6 +297,7 @@ Test(attack_web, oversized_and_malformed_requests_are_refused) {
  * until the timeout, and read bare LFs, NULs in values, folded lines and
  * blanks before a colon without a word. */
 #define SMUGGLED "GET /api/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n"
+#define CHUNKED "a chunked request body is not read: send the body with Content-Length"
 Test(attack_web, framing_that_could_be_read_two_ways_is_refused_and_the_connection_closed) {
     static const struct { const char *req; size_t len; int status; const char *msg; } cases[] = {
 #define F(s, st, m) {s, sizeof s - 1, st, m}
@@ -354,14 +355,14 @@ Test(attack_web, framing_that_could_be_read_two_ways_is_refused_and_the_connecti
         F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nX: \x1b[31m\r\nContent-Length: 0\r\n\r\n" SMUGGLED, 400,
           "holds the control character 0x1b"),
         F("POST /api/sql\0 HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n" SMUGGLED, 400, "no NUL in it"),
+        /* a chunked body, well framed or not, is never read: libmicrohttpd
+         * ended its lines at bare LFs and took folded trailer lines */
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\n"
+          "12\n{\"sql\":\"select 1\"}\n0\n\n" SMUGGLED, 411, CHUNKED),
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\n"
+          "12\r\n{\"sql\":\"select 1\"}\r\n0\r\nX: y\r\n z\r\n\r\n" SMUGGLED, 411, CHUNKED),
         F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFF\r\nab\r\n0\r\n\r\n"
-          SMUGGLED, 413, "The chunk size used in your HTTP chunked encoded request is too large"),
-        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n" SMUGGLED,
-          400, "Your HTTP chunked encoding was syntactically incorrect"),
-        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\n 5\r\nhello\r\n0\r\n\r\n" SMUGGLED,
-          400, "Your HTTP chunked encoding was syntactically incorrect"),
-        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n" SMUGGLED,
-          400, "Your HTTP chunked encoding was syntactically incorrect"),
+          SMUGGLED, 411, CHUNKED),
         /* libmicrohttpd takes any HTTP/1.x as 1.1 (HTTP/1.2 without a Host was served 200) */
         F("GET /api/jobs HTTP/1.2\r\n\r\n", 505, "HTTP version 'HTTP/1.2' is not supported"),
         F("GET /api/jobs HTTP/1.9\r\nHost: localhost\r\n\r\n", 505, "HTTP version 'HTTP/1.9' is not supported"),
@@ -393,10 +394,10 @@ Test(attack_web, framing_that_could_be_read_two_ways_is_refused_and_the_connecti
         cr_assert(a.closed, "case %zu (%.70s): the connection was left open after %.200s", i, cases[i].req, a.text);
         refused++;
     }
-    /* What is well framed still goes through: a chunked body, and two
-     * pipelined requests on one connection, each answered. */
-    const char *ok = "POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\n"
-                     "15\r\n{\"sql\": \"SELECT 42\"} \r\n0\r\n\r\n"
+    /* What is well framed still goes through: two pipelined requests on one
+     * connection, the first with a body, each answered. */
+    const char *ok = "POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Content-Length: 21\r\n\r\n"
+                     "{\"sql\": \"SELECT 42\"} "
                      "GET /api/jobs HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     attack_resp a;
     attack_send(ok, strlen(ok), 3, &a);

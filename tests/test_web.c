@@ -1183,42 +1183,8 @@ Test(web, oversized_bodies_and_headers_get_4xx) {
     webclient_request(port, "POST", "/api/sql", NULL, big, &r);
     cr_assert_eq(r.status, 413, "%d", r.status);
     webclient_free(&r);
-    /* chunked, without Content-Length: a body somewhat over the cap is read
-     * to its end and answered with a 413 that says why */
-    const char *head = "POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
-    size_t n = 64 * 1024;
-    char *raw = malloc(n + 32);
-    int h = snprintf(raw, 32, "%zx\r\n", n);
-    memset(raw + h, 'b', n);
-    memcpy(raw + h + n, "\r\n", 2);
-    int fd = connect_server();
-    cr_assert_eq(send(fd, head, strlen(head), MSG_NOSIGNAL), (ssize_t)strlen(head));
-    for (int i = 0; i < 2; i++) cr_assert_eq(send(fd, raw, (size_t)h + n + 2, MSG_NOSIGNAL), (ssize_t)(h + n + 2));
-    cr_assert_eq(send(fd, "0\r\n\r\n", 5, MSG_NOSIGNAL), 5);
-    struct timeval tv = {.tv_sec = 10};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char reply[1024];
-    ssize_t got = recv(fd, reply, sizeof reply - 1, 0);
-    cr_assert_gt(got, 0, "a reply came");
-    reply[got] = 0;
-    cr_assert(strstr(reply, " 413 ") && strstr(reply, "request body larger than the limit of 65536 bytes"), "%s",
-              reply);
-    close(fd);
-    /* never ending: the server hangs up once it has dropped 16 times the cap
-     * instead of reading on (16 MiB would all fit through if it read to the end) */
-    fd = connect_server();
-    cr_assert_eq(send(fd, head, strlen(head), MSG_NOSIGNAL), (ssize_t)strlen(head));
-    size_t sent = 0;
-    while (sent < (16u << 20)) {
-        ssize_t k = send(fd, raw, (size_t)h + n + 2, MSG_NOSIGNAL);
-        if (k <= 0) break;
-        sent += (size_t)k;
-    }
-    cr_assert_lt(sent, 16u << 20, "the server stopped reading the body");
-    close(fd);
     cJSON_Delete(get_json("/api/jobs", 200)); /* and still serves */
     /* a 64 KiB header */
-    snprintf(raw, 64, "X-Big: ");
     size_t hl = 64 * 1024;
     char *hdr = malloc(hl + 16);
     memcpy(hdr, "X-Big: ", 7);
@@ -1228,7 +1194,6 @@ Test(web, oversized_bodies_and_headers_get_4xx) {
     cr_assert(r.status >= 400 && r.status < 500, "%d", r.status);
     webclient_free(&r);
     free(hdr);
-    free(raw);
     free(big);
 }
 

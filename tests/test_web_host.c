@@ -106,7 +106,8 @@ Test(web_host, a_rebound_name_is_refused_with_a_403_naming_the_host_and_the_opti
         "localhostx",           "0177.0.0.1",                     "2130706433",       "127.1",
         "[::2]",                "[::1]x",                         "::1",              "[::1",
         "localhost:",           "localhost:80:80",                "localhost:123456", "localhost:8o",
-        "[fe80::1]:80",         "0.0.0.0",                        "",
+        "[fe80::1]:80",         "0.0.0.0",                        "",                 "localhost:65536",
+        "localhost:99999",      "localhost :80",
     };
     for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
         const char *quoted[] = {"is not a name of this server", "--allow-host", NULL};
@@ -118,7 +119,7 @@ Test(web_host, every_loopback_host_form_is_accepted_in_any_case_with_or_without_
     char forms[16][64];
     const char *fmt[] = {"localhost", "localhost:%d", "LocalHost:%d", "LOCALHOST", "127.0.0.1", "127.0.0.1:%d",
                          "127.255.0.9:1", "127.0.0.2:%d", "[::1]", "[::1]:%d", "[0:0:0:0:0:0:0:1]:%d",
-                         "[::ffff:127.0.0.1]:%d", "[::FFFF:7f00:1]"};
+                         "[::ffff:127.0.0.1]:%d", "[::FFFF:7f00:1]", "127.0.0.1:%d  ", "localhost\t"};
     size_t n = sizeof fmt / sizeof fmt[0];
     for (size_t i = 0; i < n; i++) snprintf(forms[i], sizeof forms[i], fmt[i], port);
     for (size_t i = 0; i < n; i++) {

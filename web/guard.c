@@ -31,11 +31,18 @@
 
 /* ---- host names ----------------------------------------------------------- */
 
-/* The name of a Host header's value, its port (":" and 1 to 5 digits) cut
- * off, IPv6 brackets dropped, into name: 0, or -1 when it is no
+/* The name of a Host header's value, its port (":" and a number up to
+ * 65535) cut off, IPv6 brackets dropped, into name: 0, or -1 when it is no
  * host[:port] (an IPv6 address without brackets, an empty name, a bad
- * port). */
-static int host_name(const char *host, char *name, size_t cap) {
+ * port). Blanks after the value are no part of it (RFC 9110 5.5), though
+ * libmicrohttpd keeps them. */
+static int host_name(const char *value, char *name, size_t cap) {
+    char host[GUARD_NAME_MAX + 16];
+    size_t len = strlen(value);
+    while (len && (value[len - 1] == ' ' || value[len - 1] == '\t')) len--;
+    if (len >= sizeof host) return -1;
+    memcpy(host, value, len);
+    host[len] = 0;
     const char *end, *start = host;
     if (host[0] == '[') {
         start = host + 1;
@@ -43,12 +50,12 @@ static int host_name(const char *host, char *name, size_t cap) {
         if (!end) return -1;
     } else {
         end = strchr(host, ':');
-        if (!end) end = host + strlen(host);
+        if (!end) end = host + len;
     }
     const char *port = end + (host[0] == '[');
     if (*port == ':') {
         size_t nd = strspn(port + 1, "0123456789");
-        if (nd == 0 || nd > 5 || port[1 + nd]) return -1;
+        if (nd == 0 || nd > 5 || port[1 + nd] || atoi(port + 1) > 65535) return -1;
     } else if (*port) {
         return -1;
     }
@@ -234,12 +241,8 @@ static int check_query(const http_server *s, struct MHD_Connection *c, const cha
     return query_check(c, r);
 }
 
-void guard_too_big(const http_server *s, reply *r) {
-    reply_error(r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
-}
-
-/* 413 for an announced body over the cap (a chunked one is counted as it
- * arrives: http.c). */
+/* 413 for a body announced over the cap (a chunked one is refused:
+ * frame.c). */
 static int check_size(const http_server *s, struct MHD_Connection *c, const char *method, const route *rt,
                       reply *r) {
     (void)rt;
@@ -250,7 +253,7 @@ static int check_size(const http_server *s, struct MHD_Connection *c, const char
     errno = 0;
     unsigned long long n = strtoull(cl, &end, 10);
     if (!errno && !*end && n <= s->o.max_body) return 0;
-    guard_too_big(s, r);
+    reply_error(r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
     return -1;
 }
 

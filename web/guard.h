@@ -47,7 +47,4 @@ void guard_free(http_server *s);
  * Called once per request, on its headers. */
 int guard_check(const http_server *s, struct MHD_Connection *c, const char *method, const route *rt, reply *r);
 
-/* The 413 of a body over s->o.max_body (announced or, at its end, chunked). */
-void guard_too_big(const http_server *s, reply *r);
-
 #endif

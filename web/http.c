@@ -34,13 +34,7 @@ typedef struct request {
     int answered;        /* a reply was queued before the body (401, 413) */
     route_req q;         /* its handler's; read by a pool's worker while the connection is suspended */
     sql_task *task;      /* the pool's (sqlpool.c), from its submission until the request completes */
-    size_t discarded;    /* bytes of a chunked body dropped past max_body; answered 413 at its end */
 } request;
-
-/* How much of a chunked body past the cap is read and dropped so that its
- * sender still gets a 413 (libmicrohttpd can only answer once the body is
- * in); past this the connection is closed: the body could be endless. */
-#define HTTP_DISCARD_FACTOR 16
 
 /* ---- listen address ------------------------------------------------------ */
 
@@ -209,13 +203,6 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
-/* 413 for a chunked body that passed max_body, at its end. */
-static enum MHD_Result send_too_big(http_server *s, struct MHD_Connection *c) {
-    reply r = {0};
-    guard_too_big(s, &r);
-    return send_reply(s, c, &r);
-}
-
 /* Runs fn for q on db: with ROUTE_JOB only once job {id} is loaded into
  * q->job (a 404 in r when there is none). */
 static void run_with_db(route_req *q, unsigned flags, route_fn *fn, sqlite3 *db, reply *r) {
@@ -327,12 +314,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (*upload_size == 0) reaper_conn_clock(&s->reaper, conn_clock_of(c), 0); /* the request is in whole */
     if (*upload_size > 0) {
-        /* A body without Content-Length (chunked) that passes the cap. */
-        if (rq->discarded || rq->len + *upload_size > s->o.max_body) {
-            rq->discarded += *upload_size;
-            *upload_size = 0;
-            return rq->discarded > HTTP_DISCARD_FACTOR * s->o.max_body ? MHD_NO : MHD_YES;
-        }
+        /* Its Content-Length was checked against the cap (guard.c; a chunked
+         * body is refused: frame.c); a body past it closes the connection. */
+        if (rq->len + *upload_size > s->o.max_body) return MHD_NO;
         if (rq->len + *upload_size + 1 > rq->cap) {
             size_t ncap = rq->len + *upload_size + 1;
             char *b = realloc(rq->body, ncap);
@@ -346,7 +330,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    if (rq->discarded) return send_too_big(s, c);
     if (rq->task) { /* called again once the worker resumed the connection */
         sqlpool_take(rq->task, &r);
         return send_reply(s, c, &r);
