@@ -491,6 +491,18 @@ static sqlite3 *open_readonly(const char *name, int flags, pp_err *err) {
     return NULL;
 }
 
+/* path opened read-only as immutable: SQLite reads the file alone, makes
+ * no -wal or -shm beside it and takes no lock; NULL with err. */
+static sqlite3 *open_immutable(const char *path, pp_err *err) {
+    char uri[3 * 4096 + 32];
+    size_t n = (size_t)snprintf(uri, sizeof uri, "file:");
+    for (const unsigned char *c = (const unsigned char *)path; *c && n + 4 < sizeof uri; c++)
+        n += (size_t)(*c == '%' || *c == '?' || *c == '#' ? snprintf(uri + n, 4, "%%%02X", *c)
+                                                          : snprintf(uri + n, 2, "%c", *c));
+    snprintf(uri + n, sizeof uri - n, "?immutable=1");
+    return open_readonly(uri, SQLITE_OPEN_URI, err);
+}
+
 int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
     /* SQLite says "unable to open database file" or "disk I/O error" for
      * these; the user's words are better. */
@@ -503,15 +515,20 @@ int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
      * a database (file_kind names it as the file helpers of base/ do). */
     if (!S_ISREG(st.st_mode)) return pp_fail(err, "is %s, not a database file", file_kind(st.st_mode));
     if (access(path, R_OK) != 0) return pp_fail(err, "cannot read it: %s", strerror(errno));
-    sqlite3 *sql = open_readonly(path, 0, err);
-    if (!sql) return -1;
-    /* A WAL file is read through its -shm index, which a reader creates when
-     * the last writer has gone (and removed it): in a directory it may not
-     * write (a read-only mount, another user's results) the first read fails
-     * with SQLITE_CANTOPEN. With no -wal file there is nothing outside the
-     * database file to read, and no writer: it is read as immutable. The
-     * same first read finds a file that is not SQLite at all. */
+    /* A WAL file is read through its -shm index, which a reader creates
+     * (with the -wal) when the last writer has gone and removed them. With
+     * no -wal there is nothing outside the database file to read, and no
+     * writer: the file is read as immutable where this process could not
+     * remove what it made (a file it may not write: another user's results,
+     * whose next writer could not open a -shm this user owns; a read-only
+     * mount), and where SQLite cannot make them (a directory it may not
+     * write: its first read fails). */
     char wal[4096];
+    int no_wal =
+        snprintf(wal, sizeof wal, "%s-wal", path) < (int)sizeof wal && access(wal, F_OK) != 0 && errno == ENOENT;
+    sqlite3 *sql = no_wal && access(path, W_OK) != 0 ? open_immutable(path, err) : open_readonly(path, 0, err);
+    if (!sql) return -1;
+    /* The same first read finds a file that is not SQLite at all. */
     int rc = sqlite3_exec(sql, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
     if ((rc & 0xff) == SQLITE_NOTADB) {
         sqlite3_close(sql);
@@ -523,16 +540,9 @@ int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
                             "which a reader may not play back; opening the file once for writing puts it back as it "
                             "was before that write (the next pprun run --db on it, or sqlite3 on it)", path);
     }
-    if ((rc & 0xff) == SQLITE_CANTOPEN && snprintf(wal, sizeof wal, "%s-wal", path) < (int)sizeof wal &&
-        access(wal, F_OK) != 0 && errno == ENOENT) {
+    if (no_wal && ((rc & 0xff) == SQLITE_CANTOPEN || sqlite3_extended_errcode(sql) == SQLITE_READONLY_DIRECTORY)) {
         sqlite3_close(sql);
-        char uri[3 * 4096 + 32];
-        size_t n = (size_t)snprintf(uri, sizeof uri, "file:");
-        for (const unsigned char *c = (const unsigned char *)path; *c && n + 4 < sizeof uri; c++)
-            n += (size_t)(*c == '%' || *c == '?' || *c == '#' ? snprintf(uri + n, 4, "%%%02X", *c)
-                                                             : snprintf(uri + n, 2, "%c", *c));
-        snprintf(uri + n, sizeof uri - n, "?immutable=1");
-        if (!(sql = open_readonly(uri, SQLITE_OPEN_URI, err))) return -1;
+        if (!(sql = open_immutable(path, err))) return -1;
     }
     *out = sql;
     return 0;
@@ -656,6 +666,14 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
 }
 
 int db_reader_refresh(sqlite3 *sql) {
+    /* Read as immutable (db_connect_readonly: no writer then): a writer
+     * since has made a -wal, which this connection would not read, and the
+     * file may change under it. */
+    const char *file = sqlite3_db_filename(sql, "main");
+    if (file && sqlite3_uri_boolean(file, "immutable", 0)) {
+        const char *wal = sqlite3_filename_wal(file);
+        if (wal && access(wal, F_OK) == 0) return -1;
+    }
     /* the views db_reader_init made for tables a writer may since have
      * added, with what goes with each */
     static const struct {

@@ -149,7 +149,9 @@ int db_reader_init(sqlite3 *sql, pp_err *err);
  * which the migration dropped), step_totals and step_idle_totals (version
  * 11: summed from every row at each read), so that the file's own serve
  * it. Other temp views stay: they give the same rows as the file's
- * columns. Returns 0 or -1. */
+ * columns. Returns 0, or -1 where the connection must be opened again: a
+ * file read as immutable (no writer when it was opened, and this reader
+ * could not or may not make the -wal and -shm) has a writer now. */
 int db_reader_refresh(sqlite3 *sql);
 /* 1 when the file's own table lacks column (and exists), or when column is
  * NULL and the file has no such table; 0 when not, -1 on error. Temp views

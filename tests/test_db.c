@@ -777,6 +777,95 @@ Test(db, readers_read_a_database_in_a_read_only_directory) {
     free(text);
 }
 
+/* What the reader as another user does, in its own process: 0, or the
+ * number of the check that failed (see below). */
+#define OTHER_UID 65534
+static int read_as_another_user(const char *path, int ready_fd, int go_fd) {
+    char wal[700], shm[700], c = 1;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    snprintf(shm, sizeof shm, "%s-shm", path);
+    if (setresgid(OTHER_UID, OTHER_UID, OTHER_UID) != 0 || setresuid(OTHER_UID, OTHER_UID, OTHER_UID) != 0) return 1;
+    sqlite3 *r;
+    pp_err e;
+    if (db_connect_readonly(path, &r, &e) != 0) return 2;
+    int64_t version;
+    if (db_check_version(r, path, &version, &e) != 0) return 3;
+    if (access(wal, F_OK) == 0 || access(shm, F_OK) == 0) return 4;
+    if (db_reader_refresh(r) != 0) return 5;
+    if (write(ready_fd, &c, 1) != 1 || read(go_fd, &c, 1) != 1) return 6;
+    if (db_reader_refresh(r) != -1) return 7;
+    db_reader_close(r);
+    if (db_connect_readonly(path, &r, &e) != 0) return 8;
+    sqlite3_stmt *st = NULL;
+    int later = -1;
+    if (sqlite3_prepare_v2(r, "SELECT count(*) FROM sqlite_master WHERE name = 'later'", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        later = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    db_reader_close(r);
+    return later == 1 ? 0 : 9;
+}
+
+/* Another user's results (a file this user may not write, in a directory
+ * anyone may write, as /tmp): read as immutable, leaving no -wal or -shm
+ * that the owner's next job could not open; once a writer has come (its
+ * -wal), db_reader_refresh says to open the file again, and the new
+ * connection sees what it wrote. In a directory this user may not write,
+ * stats, query and export read it (SQLite's first read says
+ * SQLITE_READONLY_DIRECTORY there, not SQLITE_CANTOPEN). */
+Test(db, another_users_database_is_read_writing_nothing_until_a_writer_comes) {
+    if (geteuid() != 0) cr_skip_test("needs root: to read as another user");
+    const char *dir = tfix_mkdir("shared");
+    char parent[512], path[600], cmd[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    *strrchr(parent, '/') = 0;
+    cr_assert_eq(chmod(parent, 0711), 0);
+    cr_assert_eq(chmod(dir, 01777), 0);
+    snprintf(path, sizeof path, "%s/a.db", dir);
+    pp_err err;
+    cr_assert_eq(fixture_create(path, 2, "succeeded", &err), 0, "%s", err.msg);
+    cr_assert_eq(chmod(path, 0644), 0);
+    int ready[2], go[2];
+    cr_assert(pipe(ready) == 0 && pipe(go) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) _exit(read_as_another_user(path, ready[1], go[0]));
+    close(ready[1]), close(go[0]); /* a reader that stops early ends the wait below */
+    char c;
+    sqlite3 *w = NULL;
+    if (read(ready[0], &c, 1) == 1) { /* the writer comes, and stays while the reader looks */
+        cr_assert_eq(sqlite3_open(path, &w), SQLITE_OK);
+        cr_assert_eq(sqlite3_exec(w, "CREATE TABLE later(x)", NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(w));
+        cr_assert_eq(write(go[1], &c, 1), 1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    sqlite3_close(w);
+    static const char *const failed[] = {"",
+                                         "cannot become another user",
+                                         "cannot open the file read-only",
+                                         "cannot read its schema version",
+                                         "the reader made a -wal or -shm",
+                                         "refresh without a writer asked to open again",
+                                         "the pipe broke",
+                                         "refresh with a writer did not ask to open again",
+                                         "cannot open it again with the writer there",
+                                         "the writer's table is not seen"};
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    cr_assert_eq(code, 0, "%s", code > 0 && code < 10 ? failed[code] : "the reader crashed");
+    close(ready[0]), close(go[1]);
+
+    cr_assert_eq(chmod(dir, 0555), 0);
+    snprintf(cmd, sizeof cmd,
+             "setpriv --reuid=%d --regid=%d --clear-groups sh -c '%s stats --db %s >/dev/null && %s query --db %s "
+             "\"SELECT count(*) FROM jobs\" >/dev/null && %s export --db %s >/dev/null' 2>&1",
+             OTHER_UID, OTHER_UID, PPRUN_BIN, path, PPRUN_BIN, path, PPRUN_BIN, path);
+    int rc = sh(cmd);
+    chmod(dir, 0755);
+    cr_assert_eq(rc, 0, "stats, query and export as another user in a directory it may not write: %s", cmd);
+}
+
 /* Rows of job 1, rank `rank` starting in [lo, hi) (of one source, or any
  * with source NULL): their count * 2^32 + the sum of their ids, through
  * event_runs (DB_RANK_ROWS, as the timeline reads them) or by a scan of

@@ -96,6 +96,7 @@ struct live_hub {
     pthread_t thread;
     int running, stop;    /* under mu */
     sqlite3 *db;          /* the hub thread's */
+    char *path;           /* the database's: db opened again (run_tick) */
     unsigned poll_ms, heartbeat_ms;
     live_sub *subs;       /* under mu; freed only by the hub thread (or live_free) */
     int nsubs;
@@ -464,6 +465,14 @@ static int by_unsent(const void *a, const void *b) {
 /* Polls streams in order until they have been given `room` bytes (the
  * rest of LIVE_UNSENT_MAX); the others wait for a later tick. */
 static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room) {
+    /* The file changed under the hub's connection (db_reader_refresh): a
+     * new one, or the old one until it can be opened. */
+    sqlite3 *fresh;
+    pp_err e;
+    if (db_reader_refresh(h->db) != 0 && usersql_open(h->path, &fresh, &e) == 0) {
+        db_reader_close(h->db);
+        h->db = fresh;
+    }
     tick t = {.db = h->db};
     /* One read transaction: every query of the tick sees one snapshot, so
      * no event id at or below `hi` can appear later. */
@@ -564,7 +573,13 @@ static void *hub_main(void *arg) {
 int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned heartbeat_ms, pp_err *err) {
     live_hub *h = calloc(1, sizeof *h);
     if (!h) return pp_fail(err, "out of memory");
+    h->path = strdup(db_path);
+    if (!h->path) {
+        free(h);
+        return pp_fail(err, "out of memory");
+    }
     if (usersql_open(db_path, &h->db, err) != 0) {
+        free(h->path);
         free(h);
         return -1;
     }
@@ -574,6 +589,7 @@ int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned h
     pp_cond_init_monotonic(&h->cv);
     if (pthread_create(&h->thread, NULL, hub_main, h) != 0) {
         db_reader_close(h->db);
+        free(h->path);
         free(h);
         return pp_fail(err, "cannot start the live-stream thread");
     }
@@ -715,6 +731,7 @@ void live_free(live_hub *h) {
         sub_free(s);
     }
     db_reader_close(h->db);
+    free(h->path);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);
