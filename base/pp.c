@@ -3,6 +3,7 @@
 #include "base/pp.h"
 #include "base/embed.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -673,6 +674,20 @@ int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err 
         }
     }
     return pp_fail(err, "%s: unknown duration unit in '%s'; accepted: ns, us, ms, s", what, s);
+}
+
+int pp_parse_seconds_ns(const char *s, const char *what, uint64_t *out, pp_err *err) {
+    size_t n = s ? strlen(s) : 0;
+    pp_err tmp;
+    if (n && isdigit((unsigned char)s[0]) && isalpha((unsigned char)s[n - 1])) /* with a unit: its own words */
+        return pp_parse_duration_ns(s, what, out, &tmp) == 0 ? 0
+                                                             : pp_fail(err, "%s; or seconds (e.g. 5, 0.5)", tmp.msg);
+    double v;
+    if (pp_parse_double(s, 0, 1e6, what, &v, &tmp) != 0)
+        return pp_fail(err, "%s: expected seconds (e.g. 5, 0.5) or a duration with a unit (100ms, 2s), got '%s'", what,
+                       s ? s : "");
+    *out = (uint64_t)(v * 1e9);
+    return 0;
 }
 
 /* ---- Files the user names ------------------------------------------------- */

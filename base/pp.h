@@ -109,8 +109,13 @@ int pp_parse_size(const char *s, const char *what, uint64_t *out, pp_err *err);
 /* Its inverse, as a user would type it: the largest binary unit that holds
  * n exactly ("8MiB", "1536KiB", "1000B"). */
 void pp_format_size(uint64_t n, char *buf, size_t cap);
-/* "2ms", "500us", "1.5s", "100ns" -> nanoseconds. A bare number is ms. */
+/* "2ms", "500us", "1.5s", "100ns" -> nanoseconds. A bare number is ms (an
+ * op's cost: timed:f=2). */
 int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err *err);
+/* A timeout or interval: seconds as torchrun takes them ("5", "0.5", up to
+ * 10^6), or a duration with a unit ("100ms", "2s") -> nanoseconds. Every
+ * pprun option that waits takes this. */
+int pp_parse_seconds_ns(const char *s, const char *what, uint64_t *out, pp_err *err);
 
 /* "0-7,512": ranks as N or FIRST-LAST (FIRST <= LAST) separated by
  * commas, plain decimal, none past world - 1 (which the message names),

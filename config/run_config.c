@@ -437,7 +437,7 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         rc = parse_cuts(cfg, value, err);
     else if (strcmp(opt, "--recv-timeout") == 0) {
         uint64_t ns;
-        rc = pp_parse_duration_ns(value, opt, &ns, err);
+        rc = pp_parse_seconds_ns(value, opt, &ns, err);
         if (rc == 0 && (ns < 1000000 || ns > 86400ull * 1000000000ull))
             rc = pp_fail(err, "--recv-timeout: accepted: 1ms to 24h, got '%s'", value);
         if (rc == 0) cfg->recv_timeout_ms = (int)(ns / 1000000);

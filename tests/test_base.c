@@ -149,6 +149,32 @@ Test(base, numbers_are_plain_decimal_whatever_strtod_reads) {
     cr_assert_str_eq(err.msg, "f: expected a duration like 2ms, 500us or 1s, got '-1ms'");
 }
 
+/* Every option that waits (--recv-timeout, --rdzv-timeout, query's
+ * --timeout) reads a bare number as seconds, as torchrun does: "5" was 5 ms
+ * for --recv-timeout alone, and its ranks timed out at once. */
+Test(base, timeouts_are_seconds_or_a_duration) {
+    static const struct { const char *text; uint64_t ns; } ok[] = {
+        {"5", 5000000000ull}, {"0.5", 500000000ull}, {"100ms", 100000000ull}, {"2s", 2000000000ull}, {"0", 0}};
+    pp_err err;
+    uint64_t v;
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        cr_assert_eq(pp_parse_seconds_ns(ok[i].text, "--recv-timeout", &v, &err), 0, "%s: %s", ok[i].text, err.msg);
+        cr_assert_eq(v, ok[i].ns, "%s: %llu ns", ok[i].text, (unsigned long long)v);
+    }
+    static const struct { const char *text, *says; } bad[] = {
+        {"soon", "--recv-timeout: expected seconds (e.g. 5, 0.5) or a duration with a unit (100ms, 2s), got 'soon'"},
+        {"-1", "--recv-timeout: expected seconds (e.g. 5, 0.5) or a duration with a unit (100ms, 2s), got '-1'"},
+        {"1 day", "--recv-timeout: unknown duration unit in '1 day'; accepted: ns, us, ms, s; or seconds (e.g. 5, 0.5)"},
+        {"0x10s", "--recv-timeout: '0x10s' is not a decimal number; expected a duration like 2ms, 500us or 1s; or "
+                  "seconds (e.g. 5, 0.5)"},
+        {"", "--recv-timeout: expected seconds (e.g. 5, 0.5) or a duration with a unit (100ms, 2s), got ''"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_assert_eq(pp_parse_seconds_ns(bad[i].text, "--recv-timeout", &v, &err), -1, "'%s' accepted", bad[i].text);
+        cr_assert_str_eq(err.msg, bad[i].says);
+    }
+}
+
 static int collect(void *ctx, const char *k, const char *v, pp_err *err) {
     (void)err;
     char *out = ctx;

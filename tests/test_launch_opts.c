@@ -69,7 +69,7 @@ static const struct {
     {{"--master-port", "0x7000"}, {"--master-port", "'0x7000'"}},
     {{"--monitor-interval", "0x1"}, {"--monitor-interval", "got '0x1'"}},
     {{"--monitor-interval", "inf"}, {"--monitor-interval", "got 'inf'"}},
-    {{"--rdzv-timeout", "0x10s"}, {"--rdzv-timeout", "got '0x10s'"}},
+    {{"--rdzv-timeout", "0x10s"}, {"--rdzv-timeout", "'0x10s' is not a decimal number"}},
 };
 
 Test(launch_opts, every_bad_flag_exits_2_naming_the_option) {

@@ -195,15 +195,14 @@ int cmd_query(int argc, char **argv) {
                 return 2;
             }
         } else if (strcmp(a, "--timeout") == 0) {
-            /* A bare number is seconds, as the usage's "30s" and every other
-             * pprun timeout; "500ms" and the like take their unit. */
-            double seconds;
+            /* A bare number is seconds, as every pprun timeout */
             const char *v = argv[++i];
-            if (pp_parse_double(v, 0, 1e6, "--timeout", &seconds, &err) == 0) timeout_ns = (uint64_t)(seconds * 1e9);
-            else if (pp_parse_duration_ns(v, "--timeout", &timeout_ns, &err) != 0) timeout_ns = 0;
+            if (pp_parse_seconds_ns(v, "--timeout", &timeout_ns, &err) != 0) {
+                fprintf(stderr, "pprun query: %s\n", err.msg);
+                return 2;
+            }
             if (timeout_ns == 0) {
-                fprintf(stderr, "pprun query: --timeout: expected seconds > 0 (30, 0.5) or a duration (500ms), got '%s'\n",
-                        v);
+                fprintf(stderr, "pprun query: --timeout: must be more than 0, got '%s'\n", v);
                 return 2;
             }
         } else if (a[0] == '-' && a[1] == '-') {

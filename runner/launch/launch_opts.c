@@ -89,21 +89,6 @@ void launch_options_default(launch_options *o) {
     memset(o->console, 1, sizeof o->console);
 }
 
-/* Seconds as torchrun takes them ("5", "0.5"), or with a unit ("100ms"). */
-static int parse_seconds(const char *s, const char *what, uint64_t *out, pp_err *err) {
-    double v;
-    pp_err tmp;
-    if (pp_parse_double(s, 0, 1e6, what, &v, &tmp) == 0) {
-        *out = (uint64_t)(v * 1e9);
-        return 0;
-    }
-    if (s && *s && isdigit((unsigned char)*s) && !isdigit((unsigned char)s[strlen(s) - 1]) &&
-        pp_parse_duration_ns(s, what, out, &tmp) == 0)
-        return 0;
-    return pp_fail(err, "%s: expected seconds (e.g. 5, 0.5) or a duration with a unit (100ms, 2s), got '%s'",
-                   what, s ? s : "");
-}
-
 /* torchrun's redirect/tee forms: "3" for every local rank, or "0:1,2:3". */
 static int parse_std(const char *s, const char *what, unsigned char *mask, pp_err *err) {
     static const char *accepts = "accepted: 0 (none), 1 (stdout), 2 (stderr), 3 (both), or per local rank like 0:1,1:2";
@@ -486,13 +471,14 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
         return 0;
     case OPT_MAX_RESTARTS: return set_int(o, name, val, 0, 1000000, &o->max_restarts, 0, err);
     case OPT_MONITOR:
-        if (parse_seconds(val, name, &o->monitor_interval_ns, err) != 0) return -1;
+        if (pp_parse_seconds_ns(val, name, &o->monitor_interval_ns, err) != 0) return -1;
         if (o->monitor_interval_ns < 1000000 || o->monitor_interval_ns > 60000000000ull)
             return pp_fail(err, "%s: '%s' is out of range; accepted: 0.001 to 60 seconds", name, val);
         return 0;
-    case OPT_SHUTDOWN: return parse_seconds(val, name, &o->shutdown_timeout_ns, err);
+    case OPT_SHUTDOWN:
+        return pp_parse_seconds_ns(val, name, &o->shutdown_timeout_ns, err);
     case OPT_RDZV_TIMEOUT:
-        if (parse_seconds(val, name, &o->rdzv_timeout_ns, err) != 0) return -1;
+        if (pp_parse_seconds_ns(val, name, &o->rdzv_timeout_ns, err) != 0) return -1;
         if (o->rdzv_timeout_ns < 1000000)
             return pp_fail(err, "%s: '%s' is too short; accepted: at least 1ms", name, val);
         return 0;
