@@ -499,6 +499,36 @@ Test(attack_launch, the_wait_chain_leads_to_the_rank_that_waits_for_nobody_or_is
     blame_close(&b);
 }
 
+/* "N gone": a rank whose receive, send or flush failed because rank N died
+ * or closed. Rank 2 timed out waiting for rank 1, which then failed sending
+ * to it: whichever of the two the launcher saw first, rank 1, the one
+ * waited for, is the root (before, with rank 1 seen first its own message,
+ * "rank 2 died", stood, and with rank 2 seen first, rank 1 was named only
+ * when its note happened to be written). */
+Test(attack_launch, the_rank_waited_for_is_the_root_even_when_it_failed_because_the_waiter_ended) {
+    blame_case b;
+    char why[512] = "";
+    blame_open(&b);
+    note(&b, 2, "1");
+    note(&b, 1, "2 gone");
+    cr_assert_eq(job_blame(&blame_job, &b.info, 2, why, sizeof why), 1);
+    cr_assert_str_eq(why, "rank 2 was waiting for it; rank 2 timed out first (--recv-timeout 400ms)");
+    cr_assert_eq(job_blame(&blame_job, &b.info, 1, why, sizeof why), 1, "rank 1 seen first: its failure stands");
+
+    /* gone to a rank that waited for nobody (it crashed): that rank */
+    note(&b, 3, "2 gone");
+    note(&b, 2, "");
+    cr_assert_eq(job_blame(&blame_job, &b.info, 3, why, sizeof why), 2);
+
+    /* a note that is neither "N" nor "N gone" names nobody */
+    static const char *const forged[] = {"2 went", "2 gone ", "2  gone", " 2", "2gone", "9 gone", "-1 gone"};
+    for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+        note(&b, 3, forged[i]);
+        cr_assert_eq(job_blame(&blame_job, &b.info, 3, why, sizeof why), -1, "note '%s'", forged[i]);
+    }
+    blame_close(&b);
+}
+
 /* --- a killed launcher ------------------------------------------------------------ */
 
 /* 1 when the collector thread of the launcher (stopped) sleeps between two

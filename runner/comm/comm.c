@@ -350,6 +350,20 @@ int comm_check_peer(const comm *c, int peer, const char *who, const char *op, pp
     return 0;
 }
 
+/* This rank's wait note (COMM_WAIT_KEY_FMT): the peer it waits for, or
+ * with `gone` the peer whose death or close failed it, or -1 for none.
+ * Best effort: a note that cannot be written changes nothing about the
+ * receive or send. Called without p->mu (the exchange may block). */
+static void note_wait(comm *c, int peer, int gone) {
+    char key[320], val[32];
+    int n = peer >= 0 ? snprintf(val, sizeof val, gone ? "%d " COMM_WAIT_GONE : "%d", peer) : 0;
+    snprintf(key, sizeof key, COMM_WAIT_KEY_FMT, c->job_key, c->rank);
+    pp_err ignored;
+    pthread_mutex_lock(&c->ex_mu);
+    c->ex.put(c->ex.ctx, key, val, (size_t)n, &ignored);
+    pthread_mutex_unlock(&c->ex_mu);
+}
+
 static int check_peer(const comm *c, int peer, const char *op, pp_err *err) {
     return comm_check_peer(c, peer, "comm", op, err);
 }
@@ -363,11 +377,13 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
     size_t total = sizeof h + len, done = 0;
     pthread_mutex_lock(&p->mu);
     if (p->send_failed || atomic_load(&p->dead) || atomic_load(&p->setup) < 0) {
+        int dead = atomic_load(&p->dead);
         int r = pp_fail(err, "comm: cannot send %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts), peer,
                         p->send_failed ? p->send_err
-                        : atomic_load(&p->dead) ? p->dead_why
-                                                : p->setup_err);
+                        : dead         ? p->dead_why
+                                       : p->setup_err);
         pthread_mutex_unlock(&p->mu);
+        if (dead) note_wait(c, peer, 1); /* this rank's failure comes from the peer's end */
         return r;
     }
     /* Fast path: nothing queued ahead, so writing now keeps the order. */
@@ -442,20 +458,6 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
 
 /* ---- receive ------------------------------------------------------------- */
 
-
-/* This rank's wait note (COMM_WAIT_KEY_FMT): the peer it waits for, or -1
- * for none. Best effort: a note that cannot be written changes nothing
- * about the receive. Called without p->mu (the exchange may block). */
-static void note_wait(comm *c, int peer) {
-    char key[320], val[16];
-    int n = peer >= 0 ? snprintf(val, sizeof val, "%d", peer) : 0;
-    snprintf(key, sizeof key, COMM_WAIT_KEY_FMT, c->job_key, c->rank);
-    pp_err ignored;
-    pthread_mutex_lock(&c->ex_mu);
-    c->ex.put(c->ex.ctx, key, val, (size_t)n, &ignored);
-    pthread_mutex_unlock(&c->ex_mu);
-}
-
 /* A receive; with `note`, one that waits long says for whom (note_wait).
  * Slices of a longer wait (devcomm's polls) do not. */
 static int recv_msg(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, int note, int *timed_out,
@@ -471,14 +473,16 @@ static int recv_msg(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
                        comm_tag_str(tag, ts, sizeof ts), peer, e.msg);
     uint64_t deadline = pp_deadline_ns(timeout_ms);
     uint64_t note_at = pp_now_ns() + (uint64_t)comm_wait_note_ms(timeout_ms) * 1000000ull;
-    int mine = 0, rc = 0, accepted = 0, noted = !note;
+    int mine = 0, rc = 0, accepted = 0, noted = !note, peer_failed = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (mine && p->p_done) {
-            if (p->p_failed)
+            if (p->p_failed) {
+                peer_failed = 1;
                 rc = pp_fail(err, "comm: rank %d %s while rank %d received %s from it", peer,
                              atomic_load(&p->dead) ? p->dead_why : p->in_why, c->rank,
                              comm_tag_str(tag, ts, sizeof ts));
+            }
             break;
         }
         comm_msg *prev = NULL, *m = p->in_head;
@@ -519,6 +523,7 @@ static int recv_msg(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
             continue;
         }
         if (!claimed && (p->in_state == COMM_IN_CLOSED || (atomic_load(&p->dead) && p->in_state == COMM_IN_NONE))) {
+            peer_failed = 1;
             rc = pp_fail(err, "comm: rank %d %s; rank %d was waiting for %s from it", peer,
                          atomic_load(&p->dead) ? p->dead_why : p->in_why, c->rank, comm_tag_str(tag, ts, sizeof ts));
             break;
@@ -537,7 +542,7 @@ static int recv_msg(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
             /* Waiting long: say for whom (the launcher follows these). */
             noted = 1;
             pthread_mutex_unlock(&p->mu);
-            note_wait(c, peer);
+            note_wait(c, peer, 0);
             pthread_mutex_lock(&p->mu);
             continue;
         }
@@ -547,7 +552,11 @@ static int recv_msg(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
     }
     if (mine) p->posted = 0;
     pthread_mutex_unlock(&p->mu);
-    if (note && noted && rc == 0) note_wait(c, -1); /* a failure leaves it: whom this rank was waiting for */
+    if (note && noted && rc == 0) note_wait(c, -1, 0); /* a failure leaves it: whom this rank was waiting for */
+    /* Failed because the peer died or closed, however soon: the launcher's
+     * blame follows this rank to the peer (the two exits are often reaped
+     * in one round). */
+    if (note && peer_failed) note_wait(c, peer, 1);
     return rc;
 }
 
@@ -566,11 +575,12 @@ int comm_flush(comm *c, int timeout_ms, pp_err *err) {
     for (int r = 0; r < c->world; r++) {
         if (r == c->rank) continue;
         comm_peer *p = &c->peers[r];
-        int rc = 0;
+        int rc = 0, dead = 0;
         pthread_mutex_lock(&p->mu);
         for (;;) {
             if (p->send_failed) {
                 rc = pp_fail(err, "comm: flush: messages to rank %d were not delivered: %s", r, p->send_err);
+                dead = atomic_load(&p->dead);
                 break;
             }
             if (!p->q_head && !p->busy) break;
@@ -589,6 +599,7 @@ int comm_flush(comm *c, int timeout_ms, pp_err *err) {
             pp_cond_wait_until(&p->cv_flush, &p->mu, deadline);
         }
         pthread_mutex_unlock(&p->mu);
+        if (dead) note_wait(c, r, 1);
         if (rc < 0) return rc;
     }
     return 0;

@@ -104,12 +104,15 @@ void comm_cleanup(const char *job_key, int world);
 /* Who waits for whom. A receive that has waited comm_wait_note_ms(timeout)
  * for its message says so through the exchange: "comm/<job_key>/wait/<rank>"
  * holds the rank it waits for, in decimal, until the message comes (then
- * ""). A receive that fails (timed out, the peer gone) leaves it, so after
- * a rank failed its key names the rank it was waiting for. The launcher
+ * ""). A receive that fails (timed out, the peer gone) leaves it, and a
+ * receive, send or flush that fails because the peer died or closed,
+ * however soon, writes "<rank> gone", so after a rank failed its key names
+ * the rank it was waiting for, or whose end failed it. The launcher
  * follows these keys to the rank everyone waited for: the root cause of a
  * hang, where the ranks that timed out are only its first witnesses
  * (runner/job/job_blame.c). */
 #define COMM_WAIT_KEY_FMT "comm/%s/wait/%d"
+#define COMM_WAIT_GONE "gone"
 /* A quarter of the receive's timeout, at most 1 s: short enough that every
  * rank waiting behind a hung one has said so well before its own timeout,
  * long enough that the receives of a healthy pipeline (its bubbles) almost

@@ -23,27 +23,36 @@ typedef struct blame {
     char *seen;        /* [world_size]: on the way already */
 } blame;
 
-/* The rank r says it waits for, or -1: nobody (or nothing readable). */
-static int note_of(blame *b, int r) {
+/* The rank r says it waits for, or -1: nobody (or nothing readable);
+ * *gone (when asked) 1 where r failed because that rank died or closed
+ * ("<rank> gone"). */
+static int note_of(blame *b, int r, int *gone) {
     char key[320];
     snprintf(key, sizeof key, COMM_WAIT_KEY_FMT, b->job_key, r);
     void *v;
     size_t len;
     pp_err e;
+    if (gone) *gone = 0;
     if (store_get(b->store, key, &v, &len, &e) != 0) return -1;
     long peer = -1;
-    if (len == 0 || pp_parse_long(v, 0, b->info->world_size - 1, "wait note", &peer, &e) != 0) peer = -1;
+    char *text = v, *sp = len ? memchr(text, ' ', len) : NULL;
+    int went = sp && (size_t)(text + len - sp - 1) == strlen(COMM_WAIT_GONE) &&
+               memcmp(sp + 1, COMM_WAIT_GONE, strlen(COMM_WAIT_GONE)) == 0;
+    if (went) *sp = 0; /* the number before it */
+    if (len == 0 || (sp && !went) || pp_parse_long(text, 0, b->info->world_size - 1, "wait note", &peer, &e) != 0)
+        peer = -1;
+    if (gone && peer >= 0) *gone = went;
     free(v);
     return (int)peer;
 }
 
 /* What r waits for, giving it the time a receive takes to say so: a rank
  * may have begun to wait just before the failure. */
-static int note_within(blame *b, int r) {
+static int note_within(blame *b, int r, int *gone) {
     uint64_t until =
         pp_now_ns() + (uint64_t)comm_wait_note_ms(b->job->cfg.recv_timeout_ms) * 1000000ull + BLAME_SLACK_NS;
     for (;;) {
-        int p = note_of(b, r);
+        int p = note_of(b, r, gone);
         if (p >= 0 || pp_now_ns() >= until) return p;
         pp_sleep_ns(20000000ull);
     }
@@ -59,24 +68,53 @@ static int stopped_here(const blame *b, int r) {
     return launch_proc_state(b->job->rank_pids[lr]) == 'T';
 }
 
-/* From the rank the failed one waited for, along who waits for whom, to
- * one that waits for nobody or is stopped. chain gets the ranks on the way
- * (the root last). Ranks that wait for each other (a cycle, none stopped
- * here) blame the first one the failed rank waited for. */
-static int follow(blame *b, int failed, int r, int *chain, int *n) {
+/* The rank a cycle of notes blames: the first on it that the one before
+ * waits for ("N") and that failed because the next one ended ("N gone"):
+ * the rank waited for, whose own failure was only the waiter's end (the
+ * rank that timed out, and the one it waited for, which then failed
+ * sending to it). cyc[i]'s note, of kind gone[i], names cyc[i + 1] (the
+ * last's the first). -1 for a cycle of waits only. */
+static int cycle_root(const int *cyc, const int *gone, int len) {
+    for (int i = 0; i < len; i++)
+        if (gone[i] && !gone[(i + len - 1) % len]) return cyc[i];
+    return -1;
+}
+
+/* From the rank the failed one's note names (first, a "gone" note with
+ * first_gone), along the notes, to one that waits for nobody or is
+ * stopped. chain gets the ranks on the way (the root last). Notes that
+ * come back round (none stopped here) blame the rank cycle_root names, or,
+ * ranks that only wait for each other, the first the failed rank waited
+ * for. The failed rank itself may be the root (returned as such: its
+ * failure stands). */
+static int follow(blame *b, int failed, int first, int first_gone, int *chain, int *n) {
+    int world = b->info->world_size;
+    int *gone = malloc((size_t)world * sizeof *gone);         /* gone[k]: the kind of chain[k]'s note */
+    int *cyc = malloc((size_t)(world + 1) * 2 * sizeof *cyc); /* a cycle's ranks, then their notes' kinds */
+    int r = first, root = -1;
     b->seen[failed] = 1;
-    for (*n = 0;;) {
+    for (*n = 0; root < 0;) {
         chain[(*n)++] = r;
-        if (stopped_here(b, r)) return r;
-        int next = note_within(b, r);
-        if (next < 0) return r;
-        b->seen[r] = 1;
-        if (b->seen[next]) {
-            *n = 1;
-            return chain[0];
+        int next = !gone || !cyc || stopped_here(b, r) ? -1 : note_within(b, r, &gone[*n - 1]);
+        if (next < 0) {
+            root = r;
+        } else if (!b->seen[next]) {
+            b->seen[r] = 1;
+            r = next;
+        } else { /* round from next (the failed rank, or one on the way) to r */
+            int m = 0, *kind = cyc + world + 1;
+            if (next == failed) cyc[m] = failed, kind[m++] = first_gone;
+            for (int k = 0, on = next == failed; k < *n; k++)
+                if ((on |= chain[k] == next)) cyc[m] = chain[k], kind[m++] = gone[k];
+            root = cycle_root(cyc, kind, m);
+            if (root < 0) root = chain[0];
+            for (int k = 0; k < *n; k++) /* the chain ends at the root */
+                if (chain[k] == root) *n = k + 1;
         }
-        r = next;
     }
+    free(gone);
+    free(cyc);
+    return root;
 }
 
 /* "rank 2", "ranks 0 and 2", "ranks 0, 2 and 3", "ranks 0, 1, ... and 40 more". */
@@ -94,7 +132,7 @@ static void say_why(blame *b, int failed, const int *chain, int n, char *why, si
     int root = chain[n - 1], world = b->info->world_size, count = 0;
     int *waiting = malloc((size_t)world * sizeof *waiting);
     for (int r = 0; waiting && r < world; r++)
-        if (r != root && note_of(b, r) == root) waiting[count++] = r;
+        if (r != root && note_of(b, r, NULL) == root) waiting[count++] = r;
     char who[256], way[256] = "";
     if (count) say_ranks(who, sizeof who, waiting, count);
     else snprintf(who, sizeof who, "rank %d", n > 1 ? chain[n - 2] : failed);
@@ -121,9 +159,9 @@ int job_blame(run_job *job, const launch_info *info, int failed_rank, char *why,
     if (chain && b.seen && store_parse_addr(info->store_addr, host, sizeof host, &port, &e) == 0 &&
         store_connect_token(host, port, info->rdzv_token, BLAME_STORE_NS, &b.store, &e) == 0) {
         store_set_timeout(b.store, BLAME_STORE_NS);
-        int first = note_of(&b, failed_rank), n = 0;
-        if (first >= 0) root = follow(&b, failed_rank, first, chain, &n);
-        if (root >= 0) say_why(&b, failed_rank, chain, n, why, cap);
+        int first_gone, first = note_of(&b, failed_rank, &first_gone), n = 0;
+        if (first >= 0) root = follow(&b, failed_rank, first, first_gone, chain, &n);
+        if (root >= 0 && root != failed_rank) say_why(&b, failed_rank, chain, n, why, cap);
     }
     store_close(b.store);
     free(b.seen);
