@@ -673,7 +673,7 @@ Test(checkpoint_run, a_failed_attempt_leaves_no_temporary_file_and_resumes_right
                  "--metrics %s/failed.jsonl --save-weights %s/failed.w",
             PPRUN_BIN, d, d, d);
     cr_assert_eq(rc, 0, "%s", out);
-    cr_assert(strstr(out, "attempt 0 failed (rank 2); restarting"), "%s", out);
+    cr_assert(strstr(out, "attempt 1 of 2 failed (rank 2); restarting"), "%s", out);
     free(out);
 #undef MESH
     for (size_t i = 0; i < sizeof leftovers / sizeof *leftovers; i++) {

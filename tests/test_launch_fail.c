@@ -194,8 +194,8 @@ static void rank_kills_itself_with(const char *script, int sig) {
     }
     cr_assert(ended, "pprun launch went on: %s", p.err);
     cr_assert_eq(p.status, 1, "exit %d: %s", p.status, p.err);
-    lt_assert_has(p.err, "attempt 0 failed (rank 1); restarting (1 of 2 restarts)");
-    lt_assert_has(p.err, "attempt 1 failed (rank 1); restarting (2 of 2 restarts)");
+    lt_assert_has(p.err, "attempt 1 of 3 failed (rank 1); restarting (1 of 2 restarts)");
+    lt_assert_has(p.err, "attempt 2 of 3 failed (rank 1); restarting (2 of 2 restarts)");
     lt_assert_has(p.err, "Root Cause");
     lt_assert_has(p.err, "rank      : 1 (local_rank: 1)");
     lt_assert_has(p.err, "attempt 3 of 3");

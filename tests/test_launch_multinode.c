@@ -1001,7 +1001,7 @@ Test(launch_multinode, a_rank_killed_by_sigterm_alone_fails_and_every_node_resta
     for (int k = 0; k < 2; k++) {
         const lt_proc *n = k ? &n1 : &n0;
         cr_assert_eq(n->status, 1, "node %d: %s", k, n->err);
-        lt_assert_has(n->err, "attempt 0 failed (rank 1); restarting (1 of 1 restarts)");
+        lt_assert_has(n->err, "attempt 1 of 2 failed (rank 1); restarting (1 of 1 restarts)");
         lt_assert_has(n->err, "Root Cause");
         lt_assert_has(n->err, "rank      : 1 (local_rank: 0)");
         lt_assert_has(n->err, "signal    : SIGTERM (15)");

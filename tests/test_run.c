@@ -472,7 +472,7 @@ Test(run, fail_at_phase_b_or_w_fires_at_a_fused_backward) {
     snprintf(spec, sizeof spec, "csv:%s", csv);
     int rc = run_job("csv_fail", 2, spec, 0, 2, "--fail-at step=0,rank=1,phase=B,mb=1 --max-restarts 1", &out);
     cr_assert_eq(rc, 0, "%s", out);
-    cr_assert(strstr(out, "attempt 0 failed (rank 1); restarting (1 of 1 restarts)"), "no kill at 1BW1:\n%s", out);
+    cr_assert(strstr(out, "attempt 1 of 2 failed (rank 1); restarting (1 of 1 restarts)"), "no kill at 1BW1:\n%s", out);
     free(out);
 }
 

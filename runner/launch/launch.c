@@ -1084,9 +1084,9 @@ static int run_local_ranks(job *j, launch_failure *fail, pp_err *err) {
 static int restarts(const job *j, int attempt, int stop, const launch_result *res) {
     const launch_options *o = j->c.o;
     if (res->status != LAUNCH_FAILED || stop || j->c.stop_signal || !j->store_ok) return 0;
-    if (attempt < o->max_restarts)
-        fprintf(stderr, "pprun launch: attempt %d failed (rank %d); restarting (%d of %d restarts)\n", attempt,
-                res->failure.global_rank, attempt + 1, o->max_restarts);
+    if (attempt < o->max_restarts) /* counted from 1, as the summary's "attempt 2 of 3" */
+        fprintf(stderr, "pprun launch: attempt %d of %d failed (rank %d); restarting (%d of %d restarts)\n",
+                attempt + 1, o->max_restarts + 1, res->failure.global_rank, attempt + 1, o->max_restarts);
     return 1;
 }
 
