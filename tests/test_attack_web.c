@@ -259,7 +259,8 @@ Test(attack_web, oversized_and_malformed_requests_are_refused) {
         {HEAD("GET /api/jobs  HTTP/1.1", ""), 400, "visible ASCII only"}, /* libmicrohttpd splits at the last space */
         {HEAD("GET /api/jo bs HTTP/1.1", ""), 400, "visible ASCII only"},
         {HEAD("GET /api/jobs?x=\x7f HTTP/1.1", ""), 400, "visible ASCII only"},
-        {HEAD("GET /api/jobs?limit=1&limit=2 HTTP/1.1", ""), 400, "given more than once"},
+        {HEAD("GET /api/jobs/1/steps?limit=1&limit=2 HTTP/1.1", ""), 400, "given more than once"},
+        {HEAD("GET /api/jobs?limit=1 HTTP/1.1", ""), 400, "unknown query parameter 'limit'"},
         {HEAD("GET /api/jobs/1/steps?limit=%2B5 HTTP/1.1", ""), 400, "expected an integer"},
         {HEAD("GET /api/jobs/1/steps?limit=99999999999999999999 HTTP/1.1", ""), 400, "limit"},
         {HEAD("GET /api/jobs/99999999999999999999/steps HTTP/1.1", ""), 404, NO_ROUTE},

@@ -2411,7 +2411,7 @@ Test(web, query_parameters_are_read_strictly) {
         {"/api/jobs/1/events?limit=5&limit=abc", "query parameter 'limit' is given more than once"},
         {"/api/jobs/1/steps?since=0&since=0", "query parameter 'since' is given more than once"},
         {"/api/jobs/1/trace.json?steps=0&steps=1", "query parameter 'steps' is given more than once"},
-        {"/metrics?a=1&a=2", "query parameter 'a' is given more than once"},
+        {"/api/jobs/1/heatmap?buckets=1&buckets=2", "query parameter 'buckets' is given more than once"},
         {"/api/jobs/1/events?limit=5%00abc", "query parameter 'limit' holds a NUL character"},
         {"/api/jobs/1/trace.json?steps=0%00-2", "query parameter 'steps' holds a NUL character"},
         {"/api/jobs/1/events?limit=%2B5", "limit: expected an integer in [1, 25000], got '+5'"},
@@ -2420,6 +2420,15 @@ Test(web, query_parameters_are_read_strictly) {
         {"/api/jobs/1/kernels?ranks=%201", "ranks ' 1' is not a list of ranks"},
         {"/api/jobs/1/events?ranks=0-4", "ranks '0-4': rank 4 is past the last, 3"},
         {"/api/jobs/1/events?ranks=3-1", "ranks '3-1': in 3-1 the last rank comes before the first"},
+        /* a parameter the route does not read: a typo answered 200 with
+         * every rank, step 0's gaps, job 1, an endless stream */
+        {"/api/jobs/1/events?rank=0&limit=5",
+         "unknown query parameter 'rank': this route takes from, to, step, ranks, limit, buckets, gpu"},
+        {"/api/jobs/1/gaps?steps=3", "unknown query parameter 'steps': this route takes step, limit"},
+        {"/api/jobs/1/summary?job=2", "unknown query parameter 'job': this route takes none"},
+        {"/api/jobs/1/live?since=x", "unknown query parameter 'since': this route takes none"},
+        {"/api/jobs?=5", "unknown query parameter '': this route takes none"},
+        {"/metrics?a=1", "unknown query parameter 'a': this route takes none"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         webclient_resp r;
@@ -2431,6 +2440,11 @@ Test(web, query_parameters_are_read_strictly) {
     cJSON *j = get_json("/api/jobs/1/events?&ranks=1,3&limit=5", 200); /* an empty "&" is nothing */
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "ranks")), 2);
     cJSON_Delete(j);
+    /* a dashboard file takes any: the page's own ?job=N */
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/?job=1&x", NULL, NULL, &r), 0);
+    cr_assert_eq(r.status, 200);
+    webclient_free(&r);
 }
 
 /* GET path, asked again until answered (a refused connection is closed

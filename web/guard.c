@@ -233,12 +233,10 @@ static int check_token(const http_server *s, struct MHD_Connection *c, const cha
     return -1;
 }
 
-static int check_query(const http_server *s, struct MHD_Connection *c, const char *method, const route *rt,
-                       reply *r) {
-    (void)rt;
+static int check_query(const http_server *s, struct MHD_Connection *c, const char *method, const route *rt, reply *r) {
     (void)s;
     (void)method;
-    return query_check(c, r);
+    return query_check(c, rt ? rt->params : NULL, r);
 }
 
 /* 413 for a body announced over the cap (a chunked one is refused:

@@ -10,8 +10,17 @@
 typedef struct query_seen {
     const char *names[QUERY_MAX];
     size_t n;
-    char bad[160];
+    const char *accepted; /* the route's names, space-separated; NULL: any */
+    char bad[400];
 } query_seen;
+
+/* Whether key is one of the space-separated words of list. */
+static int is_word_of(const char *list, const char *key) {
+    size_t n = strlen(key);
+    for (const char *w = list; *w; w += strcspn(w, " "), w += strspn(w, " "))
+        if (strncmp(w, key, n) == 0 && (w[n] == ' ' || w[n] == 0)) return 1;
+    return 0;
+}
 
 static enum MHD_Result check_one(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
                                  const char *value, size_t value_size) {
@@ -27,6 +36,14 @@ static enum MHD_Result check_one(void *cls, enum MHD_ValueKind kind, const char 
             snprintf(q->bad, sizeof q->bad, "query parameter '%.64s' is given more than once", key);
             return MHD_NO;
         }
+    if (q->accepted && (!key[0] || !is_word_of(q->accepted, key))) {
+        int at = snprintf(q->bad, sizeof q->bad, "unknown query parameter '%.64s': this route takes ", key);
+        if (!q->accepted[0]) snprintf(q->bad + at, sizeof q->bad - (size_t)at, "none");
+        for (const char *w = q->accepted; *w && at < (int)sizeof q->bad; w += strcspn(w, " "), w += strspn(w, " "))
+            at += snprintf(q->bad + at, sizeof q->bad - (size_t)at, "%s%.*s", w == q->accepted ? "" : ", ",
+                           (int)strcspn(w, " "), w);
+        return MHD_NO;
+    }
     if (q->n == sizeof q->names / sizeof q->names[0]) {
         snprintf(q->bad, sizeof q->bad, "more than %zu query parameters", q->n);
         return MHD_NO;
@@ -35,8 +52,8 @@ static enum MHD_Result check_one(void *cls, enum MHD_ValueKind kind, const char 
     return MHD_YES;
 }
 
-int query_check(struct MHD_Connection *c, reply *r) {
-    query_seen q = {.n = 0};
+int query_check(struct MHD_Connection *c, const char *accepted, reply *r) {
+    query_seen q = {.n = 0, .accepted = accepted};
     MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, check_one, &q);
     if (!q.bad[0]) return 0;
     reply_error(r, 400, "bad query: %s", q.bad);

@@ -22,9 +22,11 @@ typedef struct query_args {
 } query_args;
 
 /* A name given twice (which value would count?) or a name or value holding
- * a NUL (%00: everything after it was silently dropped), or more than
- * QUERY_MAX parameters: -1 with a 400 in r; else 0. */
-int query_check(struct MHD_Connection *c, reply *r);
+ * a NUL (%00: everything after it was silently dropped), more than
+ * QUERY_MAX parameters, or, with `accepted` (the names the route reads,
+ * space-separated; "" none), a name not among them (a typo's default
+ * answer looked right): -1 with a 400 in r; else 0. */
+int query_check(struct MHD_Connection *c, const char *accepted, reply *r);
 /* The connection's parameters (checked) into *a: 0, or -1 with a 500 in r
  * (out of memory). query_free frees them. */
 int query_copy(struct MHD_Connection *c, query_args *a, reply *r);

@@ -26,29 +26,29 @@ static void route_no_such_api(route_req *q, reply *r) {
 /* The table, aligned by hand: */
 /* clang-format off */
 static const route route_table[] = {
-    /* method pattern                     handler            flags                                        use, for a 405 */
-    {"GET",  "/api/jobs",                 route_jobs,        ROUTE_API | ROUTE_DB,                        NULL},
-    {"GET",  "/api/jobs/",                route_jobs,        ROUTE_API | ROUTE_DB,                        NULL},
-    {"GET",  "/api/jobs/{id}",            route_job,         ROUTE_API | ROUTE_JOB,                       NULL},
-    {"GET",  "/api/jobs/{id}/",           route_job,         ROUTE_API | ROUTE_JOB,                       NULL},
-    {"GET",  "/api/jobs/{id}/events",     route_events,      ROUTE_API | ROUTE_JOB,                       NULL},
-    {"GET",  "/api/jobs/{id}/kernels",    route_kernels,     ROUTE_API | ROUTE_JOB,                       NULL},
-    {"GET",  "/api/jobs/{id}/gaps",       route_gaps,        ROUTE_API | ROUTE_JOB,                       NULL},
-    {"GET",  "/api/jobs/{id}/steps",      route_steps,       ROUTE_API | ROUTE_JOB,                       NULL},
-    {"GET",  "/api/jobs/{id}/heatmap",    route_heatmap,     ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL},
-    {"GET",  "/api/jobs/{id}/plan",       route_plan,        ROUTE_API | ROUTE_JOB,                       NULL},
-    {"GET",  "/api/jobs/{id}/summary",    route_summary,     ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL},
-    {"GET",  "/api/jobs/{id}/whatif",     route_whatif,      ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL},
-    {"GET",  "/api/jobs/{id}/critpath",   route_critpath,    ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL},
-    {"GET",  "/api/jobs/{id}/compare",    route_compare,     ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL},
-    {"GET",  "/api/jobs/{id}/trace.json", route_trace,       ROUTE_API | ROUTE_JOB | ROUTE_TRACE_POOL,    NULL},
-    {"GET",  "/api/jobs/{id}/live",       route_live,        ROUTE_API | ROUTE_JOB,                       NULL},
-    {"POST", "/api/sql",                  route_sql,         ROUTE_API | ROUTE_SQL_POOL | ROUTE_JSON,     SQL_USE},
-    {"*",    "/api",                      route_no_such_api, ROUTE_API,                                   NULL},
-    {"*",    "/api/*",                    route_no_such_api, ROUTE_API,                                   NULL},
-    {"GET",  "/metrics",                  route_metrics,     ROUTE_API | ROUTE_DB,                        NULL},
+    /* method pattern                     handler            flags                                        use, for a 405; query parameters */
+    {"GET",  "/api/jobs",                 route_jobs,        ROUTE_API | ROUTE_DB,                        NULL,    ""},
+    {"GET",  "/api/jobs/",                route_jobs,        ROUTE_API | ROUTE_DB,                        NULL,    ""},
+    {"GET",  "/api/jobs/{id}",            route_job,         ROUTE_API | ROUTE_JOB,                       NULL,    ""},
+    {"GET",  "/api/jobs/{id}/",           route_job,         ROUTE_API | ROUTE_JOB,                       NULL,    ""},
+    {"GET",  "/api/jobs/{id}/events",     route_events,      ROUTE_API | ROUTE_JOB,                       NULL,    "from to step ranks limit buckets gpu"},
+    {"GET",  "/api/jobs/{id}/kernels",    route_kernels,     ROUTE_API | ROUTE_JOB,                       NULL,    "from to ranks limit"},
+    {"GET",  "/api/jobs/{id}/gaps",       route_gaps,        ROUTE_API | ROUTE_JOB,                       NULL,    "step limit"},
+    {"GET",  "/api/jobs/{id}/steps",      route_steps,       ROUTE_API | ROUTE_JOB,                       NULL,    "since limit per_rank"},
+    {"GET",  "/api/jobs/{id}/heatmap",    route_heatmap,     ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL,    "buckets"},
+    {"GET",  "/api/jobs/{id}/plan",       route_plan,        ROUTE_API | ROUTE_JOB,                       NULL,    ""},
+    {"GET",  "/api/jobs/{id}/summary",    route_summary,     ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL,    ""},
+    {"GET",  "/api/jobs/{id}/whatif",     route_whatif,      ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL,    ""},
+    {"GET",  "/api/jobs/{id}/critpath",   route_critpath,    ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL,    "step"},
+    {"GET",  "/api/jobs/{id}/compare",    route_compare,     ROUTE_API | ROUTE_JOB | ROUTE_ANALYSIS_POOL, NULL,    "vs"},
+    {"GET",  "/api/jobs/{id}/trace.json", route_trace,       ROUTE_API | ROUTE_JOB | ROUTE_TRACE_POOL,    NULL,    "steps ranks"},
+    {"GET",  "/api/jobs/{id}/live",       route_live,        ROUTE_API | ROUTE_JOB,                       NULL,    ""},
+    {"POST", "/api/sql",                  route_sql,         ROUTE_API | ROUTE_SQL_POOL | ROUTE_JSON,     SQL_USE, ""},
+    {"*",    "/api",                      route_no_such_api, ROUTE_API,                                   NULL,    NULL},
+    {"*",    "/api/*",                    route_no_such_api, ROUTE_API,                                   NULL,    NULL},
+    {"GET",  "/metrics",                  route_metrics,     ROUTE_API | ROUTE_DB,                        NULL,    ""},
     /* everything else: a dashboard file, or a 404 */
-    {"*",    "*",                         route_static,      0,                                           NULL},
+    {"*",    "*",                         route_static,      0,                                           NULL,    NULL},
 };
 /* clang-format on */
 

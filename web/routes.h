@@ -76,6 +76,8 @@ typedef struct route {
     route_fn *handler;
     unsigned flags;      /* ROUTE_*; every request also passes web/guard.h's checks (Host, Origin) */
     const char *use;     /* how to call it, as a 405 says: "(use GET)"; NULL = its method */
+    const char *params;  /* the query parameters it reads, space-separated ("" none; any other is a 400);
+                            NULL: not checked (a dashboard file, a path that is no route) */
 } route;
 
 /* The first row of the table whose pattern matches url, with its {id} in

@@ -66,7 +66,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)cls, (void)url, (void)method, (void)version, (void)upload, (void)upload_size, (void)con_cls;
     reply r = {0};
-    if (query_check(c, &r) == 0) {
+    if (query_check(c, NULL, &r) == 0) {
         seen in = {.n = 0};
         MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, count_name, &in);
         query_args a;
