@@ -560,13 +560,17 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
     }
 }
 
-Test(run, version_prints_the_version_and_takes_no_argument) {
+Test(run, version_prints_the_version_and_takes_no_argument_but_help) {
     char *out = NULL;
     cr_assert_eq(sh(&out, "%s version && %s --version", PPRUN_BIN, PPRUN_BIN), 0, "%s", out);
     cr_assert_str_eq(out, "pprun " PPRUN_VERSION "\npprun " PPRUN_VERSION "\n");
     free(out);
     cr_assert_eq(sh(&out, "%s version extra", PPRUN_BIN), 2, "%s", out);
     cr_assert_str_eq(out, "pprun version: unexpected argument 'extra' (pprun version takes none)\n");
+    free(out);
+    /* --help as every command takes it */
+    cr_assert_eq(sh(&out, "%s version --help", PPRUN_BIN), 0, "%s", out);
+    cr_assert_str_eq(out, "usage: pprun version\n\nprints pprun's version\n");
     free(out);
 }
 

@@ -1085,6 +1085,9 @@ Test(web, sql_caps_the_encoded_answer_and_reads_exactly_one_json_body) {
 Test(web, unknown_routes_and_methods_get_json_errors) {
     const char *paths[] = {"/api/nope", "/api/jobs/1/nope", "/api/jobs/abc", "/api/jobs/1/events/x", "/nope.html"};
     for (size_t i = 0; i < 5; i++) cJSON_Delete(get_json(paths[i], 404));
+    /* a job id that is no number says so (it said "no such API route") */
+    get_error("/api/jobs/abc", 404, "no job 'abc': a job's id is a number of 1 to 15 digits (/api/jobs lists them)");
+    get_error("/api/jobs/-1/steps", 404, "no job '-1'");
     /* A 405's Allow names what the route takes (it said "GET, HEAD, POST"
      * everywhere); the live stream is a route too (it was a 404), and a page
      * that is not there is a 404 whatever the method (it was a 405). Each

@@ -18,7 +18,15 @@
 
 /* Any other path under /api: what a client got wrong, as JSON. */
 static void route_no_such_api(route_req *q, reply *r) {
-    reply_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", q->url);
+    static const char jobs[] = "/api/jobs/";
+    const char *id = strncmp(q->url, jobs, sizeof jobs - 1) == 0 ? q->url + sizeof jobs - 1 : NULL;
+    size_t n = id ? strcspn(id, "/") : 0, digits = id ? strspn(id, "0123456789") : 0;
+    int word = n && strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") == n;
+    if (word && (digits != n || n > 15)) /* /api/jobs/abc, /api/jobs/-1: not "..", not ".json" */
+        reply_error(r, 404, "no job '%.*s': a job's id is a number of 1 to 15 digits (/api/jobs lists them)",
+                    (int)(n > 40 ? 40 : n), id);
+    else
+        reply_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", q->url);
 }
 
 #define SQL_USE "POST with {\"sql\": ...}"

@@ -238,7 +238,7 @@ int cmd_query(int argc, char **argv) {
     else if (strcmp(format, "csv") == 0) print_csv(r);
     else print_table(r);
     if (r->truncated)
-        fprintf(stderr, "pprun query: output stopped at %ld rows (--max-rows)\n", max_rows);
+        fprintf(stderr, "pprun query: output stopped at %ld row%s (--max-rows)\n", max_rows, max_rows == 1 ? "" : "s");
     usersql_free(r);
     return rc == 0 ? 0 : 1; /* a write that failed is main's to report */
 }
