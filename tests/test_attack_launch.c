@@ -511,6 +511,7 @@ Test(attack_launch, the_rank_waited_for_is_the_root_even_when_it_failed_because_
     blame_open(&b);
     note(&b, 2, "1");
     note(&b, 1, "2 gone");
+    note(&b, 0, "1 gone"); /* taken down by rank 1's end: not waiting for it */
     cr_assert_eq(job_blame(&blame_job, &b.info, 2, why, sizeof why), 1);
     cr_assert_str_eq(why, "rank 2 was waiting for it; rank 2 timed out first (--recv-timeout 400ms)");
     cr_assert_eq(job_blame(&blame_job, &b.info, 1, why, sizeof why), 1, "rank 1 seen first: its failure stands");

@@ -24,15 +24,15 @@ typedef struct blame {
 } blame;
 
 /* The rank r says it waits for, or -1: nobody (or nothing readable);
- * *gone (when asked) 1 where r failed because that rank died or closed
- * ("<rank> gone"). */
+ * *gone 1 where r failed because that rank died or closed ("<rank>
+ * gone"). */
 static int note_of(blame *b, int r, int *gone) {
     char key[320];
     snprintf(key, sizeof key, COMM_WAIT_KEY_FMT, b->job_key, r);
     void *v;
     size_t len;
     pp_err e;
-    if (gone) *gone = 0;
+    *gone = 0;
     if (store_get(b->store, key, &v, &len, &e) != 0) return -1;
     long peer = -1;
     char *text = v, *sp = len ? memchr(text, ' ', len) : NULL;
@@ -41,7 +41,7 @@ static int note_of(blame *b, int r, int *gone) {
     if (went) *sp = 0; /* the number before it */
     if (len == 0 || (sp && !went) || pp_parse_long(text, 0, b->info->world_size - 1, "wait note", &peer, &e) != 0)
         peer = -1;
-    if (gone && peer >= 0) *gone = went;
+    if (peer >= 0) *gone = went;
     free(v);
     return (int)peer;
 }
@@ -131,8 +131,8 @@ static void say_ranks(char *buf, size_t cap, const int *r, int n) {
 static void say_why(blame *b, int failed, const int *chain, int n, char *why, size_t cap) {
     int root = chain[n - 1], world = b->info->world_size, count = 0;
     int *waiting = malloc((size_t)world * sizeof *waiting);
-    for (int r = 0; waiting && r < world; r++)
-        if (r != root && note_of(b, r, NULL) == root) waiting[count++] = r;
+    for (int r = 0, gone; waiting && r < world; r++) /* waiting: not taken down by its end ("gone") */
+        if (r != root && note_of(b, r, &gone) == root && !gone) waiting[count++] = r;
     char who[256], way[256] = "";
     if (count) say_ranks(who, sizeof who, waiting, count);
     else snprintf(who, sizeof who, "rank %d", n > 1 ? chain[n - 2] : failed);
