@@ -491,15 +491,29 @@ static sqlite3 *open_readonly(const char *name, int flags, pp_err *err) {
     return NULL;
 }
 
+/* What tells a file read as immutable that a writer has been: its inode,
+ * size and modification time, as text ("none" when it cannot be read). */
+static void file_print(const char *path, char *buf, size_t cap) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        snprintf(buf, cap, "none");
+    else
+        snprintf(buf, cap, "%llu.%lld.%lld.%ld", (unsigned long long)st.st_ino, (long long)st.st_size,
+                 (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
+}
+
 /* path opened read-only as immutable: SQLite reads the file alone, makes
- * no -wal or -shm beside it and takes no lock; NULL with err. */
+ * no -wal or -shm beside it, takes no lock and never looks whether the file
+ * changed; NULL with err. The file's print (file_print) goes with it in
+ * the URI's pprun_print, for db_reader_refresh. */
 static sqlite3 *open_immutable(const char *path, pp_err *err) {
-    char uri[3 * 4096 + 32];
+    char uri[3 * 4096 + 128], print[96];
+    file_print(path, print, sizeof print);
     size_t n = (size_t)snprintf(uri, sizeof uri, "file:");
     for (const unsigned char *c = (const unsigned char *)path; *c && n + 4 < sizeof uri; c++)
         n += (size_t)(*c == '%' || *c == '?' || *c == '#' ? snprintf(uri + n, 4, "%%%02X", *c)
                                                           : snprintf(uri + n, 2, "%c", *c));
-    snprintf(uri + n, sizeof uri - n, "?immutable=1");
+    snprintf(uri + n, sizeof uri - n, "?immutable=1&pprun_print=%s", print);
     return open_readonly(uri, SQLITE_OPEN_URI, err);
 }
 
@@ -543,6 +557,12 @@ int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
     if (no_wal && ((rc & 0xff) == SQLITE_CANTOPEN || sqlite3_extended_errcode(sql) == SQLITE_READONLY_DIRECTORY)) {
         sqlite3_close(sql);
         if (!(sql = open_immutable(path, err))) return -1;
+    }
+    /* A job that began since the look for its -wal: read through it, as any
+     * reader of a running job. */
+    if (no_wal && sqlite3_uri_boolean(sqlite3_db_filename(sql, "main"), "immutable", 0) && access(wal, F_OK) == 0) {
+        sqlite3_close(sql);
+        if (!(sql = open_readonly(path, 0, err))) return -1;
     }
     *out = sql;
     return 0;
@@ -666,13 +686,16 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
 }
 
 int db_reader_refresh(sqlite3 *sql) {
-    /* Read as immutable (db_connect_readonly: no writer then): a writer
-     * since has made a -wal, which this connection would not read, and the
-     * file may change under it. */
+    /* Read as immutable (db_connect_readonly: no writer then): a writer is
+     * there now (its -wal), or has been (the file is not the one opened: a
+     * job that came and went checkpointed into it), and this connection
+     * would read none of it, or a mix of old and new pages. */
     const char *file = sqlite3_db_filename(sql, "main");
     if (file && sqlite3_uri_boolean(file, "immutable", 0)) {
-        const char *wal = sqlite3_filename_wal(file);
-        if (wal && access(wal, F_OK) == 0) return -1;
+        const char *wal = sqlite3_filename_wal(file), *then = sqlite3_uri_parameter(file, "pprun_print");
+        char now[96];
+        file_print(file, now, sizeof now);
+        if ((wal && access(wal, F_OK) == 0) || !then || strcmp(then, now) != 0) return -1;
     }
     /* the views db_reader_init made for tables a writer may since have
      * added, with what goes with each */
