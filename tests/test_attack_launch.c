@@ -516,10 +516,21 @@ Test(attack_launch, the_rank_waited_for_is_the_root_even_when_it_failed_because_
     cr_assert_str_eq(why, "rank 2 was waiting for it; rank 2 timed out first (--recv-timeout 400ms)");
     cr_assert_eq(job_blame(&blame_job, &b.info, 1, why, sizeof why), 1, "rank 1 seen first: its failure stands");
 
-    /* gone to a rank that waited for nobody (it crashed): that rank */
+    /* gone to a rank that waited for nobody (it crashed): that rank; the
+     * why says how rank 3 failed, not that it waited or timed out */
     note(&b, 3, "2 gone");
     note(&b, 2, "");
     cr_assert_eq(job_blame(&blame_job, &b.info, 3, why, sizeof why), 2);
+    cr_assert_str_eq(why, "rank 3 failed when it ended");
+    /* ...or on through a wait to the rank that waited for nobody */
+    note(&b, 2, "1");
+    note(&b, 1, "");
+    cr_assert_eq(job_blame(&blame_job, &b.info, 3, why, sizeof why), 1);
+    cr_assert_str_eq(why, "rank 2 was waiting for it, rank 3 failed when rank 2 ended");
+    /* two ranks each taken down by the other's end (it cannot be both): the
+     * failed rank's own failure stands */
+    note(&b, 2, "3 gone");
+    cr_assert_eq(job_blame(&blame_job, &b.info, 3, why, sizeof why), 3);
 
     /* a note that is neither "N" nor "N gone" names nobody */
     static const char *const forged[] = {"2 went", "2 gone ", "2  gone", " 2", "2gone", "9 gone", "-1 gone"};

@@ -523,7 +523,7 @@ static int recv_msg(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
             continue;
         }
         if (!claimed && (p->in_state == COMM_IN_CLOSED || (atomic_load(&p->dead) && p->in_state == COMM_IN_NONE))) {
-            peer_failed = 1;
+            peer_failed = !p->in_local;
             rc = pp_fail(err, "comm: rank %d %s; rank %d was waiting for %s from it", peer,
                          atomic_load(&p->dead) ? p->dead_why : p->in_why, c->rank, comm_tag_str(tag, ts, sizeof ts));
             break;
@@ -556,7 +556,7 @@ static int recv_msg(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
     /* Failed because the peer died or closed, however soon: the launcher's
      * blame follows this rank to the peer (the two exits are often reaped
      * in one round). */
-    if (note && peer_failed) note_wait(c, peer, 1);
+    if (note && peer_failed && !atomic_load(&c->stopping)) note_wait(c, peer, 1); /* not this rank's own close */
     return rc;
 }
 

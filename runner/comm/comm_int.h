@@ -78,6 +78,7 @@ typedef struct comm_peer {
     size_t p_len;
     int in_state;              /* COMM_IN_*: reader thread not started / running / ended */
     char in_why[256];          /* why the reader ended */
+    int in_local;              /* it ended for this rank's own reason (no thread to read): no peer to blame */
     int reader_started;
     pthread_t reader;
     /* death */

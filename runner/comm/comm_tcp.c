@@ -155,12 +155,16 @@ void comm_tcp_accept(comm *c) {
         if (rc != 0) { /* what it sends cannot be read: its receives fail now, saying why, not at their timeout */
             p->in_fd = -1;
             close(fd);
-            char why[1200], dead[256];
+            char why[1200];
             comm_thread_failed(c, "reader", h.rank, rc, why, sizeof why);
             fprintf(stderr, "pprun comm (rank %d): %s\n", c->rank, why);
-            snprintf(dead, sizeof dead, "cannot be read: rank %d could not start a thread to read it (%s)", c->rank,
-                     strerror(rc));
-            comm_peer_dead(p, dead);
+            pthread_mutex_lock(&p->mu); /* its input ended, by this rank's failure: the peer is well */
+            snprintf(p->in_why, sizeof p->in_why, "cannot be read: rank %d could not start a thread to read it (%s)",
+                     c->rank, strerror(rc));
+            p->in_state = COMM_IN_CLOSED;
+            p->in_local = 1;
+            pthread_cond_broadcast(&p->cv_in);
+            pthread_mutex_unlock(&p->mu);
         }
     }
     pthread_mutex_unlock(&c->accept_mu);

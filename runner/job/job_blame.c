@@ -82,37 +82,38 @@ static int cycle_root(const int *cyc, const int *gone, int len) {
 
 /* From the rank the failed one's note names (first, a "gone" note with
  * first_gone), along the notes, to one that waits for nobody or is
- * stopped. chain gets the ranks on the way (the root last). Notes that
- * come back round (none stopped here) blame the rank cycle_root names, or,
- * ranks that only wait for each other, the first the failed rank waited
- * for. The failed rank itself may be the root (returned as such: its
- * failure stands). */
-static int follow(blame *b, int failed, int first, int first_gone, int *chain, int *n) {
+ * stopped. chain gets the ranks on the way (the root last), gone[k] the
+ * kind of chain[k]'s note. Notes that come back round (none stopped here)
+ * blame the rank cycle_root names; ranks that only wait for each other,
+ * the first the failed rank waited for; ranks each taken down by the
+ * other's end (which cannot both be so), none: the failed rank's own
+ * failure stands, as it does where it is the root (returned as such). */
+static int follow(blame *b, int failed, int first, int first_gone, int *chain, int *gone, int *n) {
     int world = b->info->world_size;
-    int *gone = malloc((size_t)world * sizeof *gone);         /* gone[k]: the kind of chain[k]'s note */
     int *cyc = malloc((size_t)(world + 1) * 2 * sizeof *cyc); /* a cycle's ranks, then their notes' kinds */
     int r = first, root = -1;
     b->seen[failed] = 1;
     for (*n = 0; root < 0;) {
         chain[(*n)++] = r;
-        int next = !gone || !cyc || stopped_here(b, r) ? -1 : note_within(b, r, &gone[*n - 1]);
+        int next = !cyc || stopped_here(b, r) ? -1 : note_within(b, r, &gone[*n - 1]);
         if (next < 0) {
             root = r;
         } else if (!b->seen[next]) {
             b->seen[r] = 1;
             r = next;
         } else { /* round from next (the failed rank, or one on the way) to r */
-            int m = 0, *kind = cyc + world + 1;
+            int m = 0, all_gone = 1, *kind = cyc + world + 1;
             if (next == failed) cyc[m] = failed, kind[m++] = first_gone;
             for (int k = 0, on = next == failed; k < *n; k++)
                 if ((on |= chain[k] == next)) cyc[m] = chain[k], kind[m++] = gone[k];
+            for (int k = 0; k < m; k++)
+                all_gone &= kind[k];
             root = cycle_root(cyc, kind, m);
-            if (root < 0) root = chain[0];
+            if (root < 0) root = all_gone ? failed : chain[0];
             for (int k = 0; k < *n; k++) /* the chain ends at the root */
                 if (chain[k] == root) *n = k + 1;
         }
     }
-    free(gone);
     free(cyc);
     return root;
 }
@@ -125,27 +126,48 @@ static void say_ranks(char *buf, size_t cap, const int *r, int n) {
     if (n > BLAME_LIST && at < cap) snprintf(buf + at, cap - at, ", ... and %d more", n - BLAME_LIST);
 }
 
+/* The link to chain[i] on the way: from the failed rank (i 0) or
+ * chain[i - 1], and whether it is a "gone" note. */
+static int link_from(const int *chain, int failed, int i) {
+    return i ? chain[i - 1] : failed;
+}
+static int link_gone(const int *gone, int first_gone, int i) {
+    return i ? gone[i - 1] : first_gone;
+}
+
 /* How we know: the ranks that were waiting for the root, the way from
- * the failed rank to it when the failed rank waited for another, and that
- * the failed rank timed out first. */
-static void say_why(blame *b, int failed, const int *chain, int n, char *why, size_t cap) {
+ * the failed rank to it (a link of a "gone" note said as such: "rank 3
+ * failed when rank 2 ended"), and, where the failed rank itself waited,
+ * that it timed out first. gone[k] is the kind of chain[k]'s note,
+ * first_gone the failed rank's. */
+static void say_why(blame *b, int failed, int first_gone, const int *chain, const int *gone, int n, char *why,
+                    size_t cap) {
     int root = chain[n - 1], world = b->info->world_size, count = 0;
     int *waiting = malloc((size_t)world * sizeof *waiting);
-    for (int r = 0, gone; waiting && r < world; r++) /* waiting: not taken down by its end ("gone") */
-        if (r != root && note_of(b, r, &gone) == root && !gone) waiting[count++] = r;
-    char who[256], way[256] = "";
+    for (int r = 0, went; waiting && r < world; r++) /* waiting: not taken down by its end */
+        if (r != root && note_of(b, r, &went) == root && !went) waiting[count++] = r;
+    char who[256], way[512] = "";
     if (count) say_ranks(who, sizeof who, waiting, count);
-    else snprintf(who, sizeof who, "rank %d", n > 1 ? chain[n - 2] : failed);
+    else
+        snprintf(who, sizeof who, "rank %d", link_from(chain, failed, n - 1));
     free(waiting);
-    /* chain[i - 1] waits for chain[i], the failed rank for chain[0] */
-    for (int i = n - 2, at = 0; i >= 0 && at < (int)sizeof way; i--)
-        at += snprintf(way + at, sizeof way - (size_t)at, ", rank %d for rank %d", i ? chain[i - 1] : failed, chain[i]);
+    int at = count || !link_gone(gone, first_gone, n - 1)
+                 ? snprintf(way, sizeof way, "%s %s waiting for it", who, count > 1 ? "were" : "was")
+                 : snprintf(way, sizeof way, "%s failed when it ended", who);
+    for (int i = n - 2; i >= 0 && at < (int)sizeof way; i--) {
+        int from = link_from(chain, failed, i);
+        at += link_gone(gone, first_gone, i)
+                  ? snprintf(way + at, sizeof way - (size_t)at, ", rank %d failed when rank %d ended", from, chain[i])
+                  : snprintf(way + at, sizeof way - (size_t)at, ", rank %d for rank %d", from, chain[i]);
+    }
     int t = b->job->cfg.recv_timeout_ms;
     char limit[32];
     if (t % 1000 == 0) snprintf(limit, sizeof limit, "%ds", t / 1000);
     else snprintf(limit, sizeof limit, "%dms", t);
-    snprintf(why, cap, "%s %s waiting for it%s; rank %d timed out first (--recv-timeout %s)", who,
-             count > 1 ? "were" : "was", way, failed, limit);
+    if (first_gone)
+        snprintf(why, cap, "%s", way);
+    else
+        snprintf(why, cap, "%s; rank %d timed out first (--recv-timeout %s)", way, failed, limit);
 }
 
 int job_blame(run_job *job, const launch_info *info, int failed_rank, char *why, size_t cap) {
@@ -154,17 +176,19 @@ int job_blame(run_job *job, const launch_info *info, int failed_rank, char *why,
     char host[256];
     int port, root = -1;
     pp_err e;
-    int *chain = malloc((size_t)info->world_size * sizeof *chain);
+    int *chain = malloc((size_t)info->world_size * sizeof *chain),
+        *gone = malloc((size_t)info->world_size * sizeof *gone);
     b.seen = calloc((size_t)info->world_size, 1);
-    if (chain && b.seen && store_parse_addr(info->store_addr, host, sizeof host, &port, &e) == 0 &&
+    if (chain && gone && b.seen && store_parse_addr(info->store_addr, host, sizeof host, &port, &e) == 0 &&
         store_connect_token(host, port, info->rdzv_token, BLAME_STORE_NS, &b.store, &e) == 0) {
         store_set_timeout(b.store, BLAME_STORE_NS);
         int first_gone, first = note_of(&b, failed_rank, &first_gone), n = 0;
-        if (first >= 0) root = follow(&b, failed_rank, first, first_gone, chain, &n);
-        if (root >= 0 && root != failed_rank) say_why(&b, failed_rank, chain, n, why, cap);
+        if (first >= 0) root = follow(&b, failed_rank, first, first_gone, chain, gone, &n);
+        if (root >= 0 && root != failed_rank) say_why(&b, failed_rank, first_gone, chain, gone, n, why, cap);
     }
     store_close(b.store);
     free(b.seen);
+    free(gone);
     free(chain);
     return root;
 }
