@@ -686,7 +686,7 @@ int pp_parse_seconds_ns(const char *s, const char *what, uint64_t *out, pp_err *
     if (pp_parse_double(s, 0, 1e6, what, &v, &tmp) != 0)
         return pp_fail(err, "%s: expected seconds (e.g. 5, 0.5) or a duration with a unit (100ms, 2s), got '%s'", what,
                        s ? s : "");
-    *out = (uint64_t)(v * 1e9);
+    *out = (uint64_t)llround(v * 1e9); /* 1.001 s is 1001 ms, not 1000.999... */
     return 0;
 }
 

@@ -154,7 +154,8 @@ Test(base, numbers_are_plain_decimal_whatever_strtod_reads) {
  * for --recv-timeout alone, and its ranks timed out at once. */
 Test(base, timeouts_are_seconds_or_a_duration) {
     static const struct { const char *text; uint64_t ns; } ok[] = {
-        {"5", 5000000000ull}, {"0.5", 500000000ull}, {"100ms", 100000000ull}, {"2s", 2000000000ull}, {"0", 0}};
+        {"5", 5000000000ull}, {"0.5", 500000000ull}, {"100ms", 100000000ull}, {"2s", 2000000000ull}, {"0", 0},
+        {"1.001", 1001000000ull}};
     pp_err err;
     uint64_t v;
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {

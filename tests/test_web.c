@@ -2432,6 +2432,7 @@ Test(web, query_parameters_are_read_strictly) {
         {"/api/jobs/1/live?since=x", "unknown query parameter 'since': this route takes none"},
         {"/api/jobs?=5", "unknown query parameter '': this route takes none"},
         {"/metrics?a=1", "unknown query parameter 'a': this route takes none"},
+        {"/api/jobs/1/events?from+to=1", "unknown query parameter 'from to'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         webclient_resp r;

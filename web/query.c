@@ -17,6 +17,7 @@ typedef struct query_seen {
 /* Whether key is one of the space-separated words of list. */
 static int is_word_of(const char *list, const char *key) {
     size_t n = strlen(key);
+    if (!n || strchr(key, ' ')) return 0; /* "from to" is no word of "from to step" */
     for (const char *w = list; *w; w += strcspn(w, " "), w += strspn(w, " "))
         if (strncmp(w, key, n) == 0 && (w[n] == ' ' || w[n] == 0)) return 1;
     return 0;
@@ -36,7 +37,7 @@ static enum MHD_Result check_one(void *cls, enum MHD_ValueKind kind, const char 
             snprintf(q->bad, sizeof q->bad, "query parameter '%.64s' is given more than once", key);
             return MHD_NO;
         }
-    if (q->accepted && (!key[0] || !is_word_of(q->accepted, key))) {
+    if (q->accepted && !is_word_of(q->accepted, key)) {
         int at = snprintf(q->bad, sizeof q->bad, "unknown query parameter '%.64s': this route takes ", key);
         if (!q->accepted[0]) snprintf(q->bad + at, sizeof q->bad - (size_t)at, "none");
         for (const char *w = q->accepted; *w && at < (int)sizeof q->bad; w += strcspn(w, " "), w += strspn(w, " "))
