@@ -12,8 +12,9 @@
  * then query_copy, query_str and query_long as the routes do, and aborts
  * when one breaks its contract: the copy holds every parameter with its
  * value, query_str never gives an empty value, query_long gives -1 (with
- * a 400), 0 or 1 with the value in its range, and a query query_check
- * passed has no name twice. Built with the fuzz build (tests/fuzz/CMakeLists.txt;
+ * a 400), 0 or 1 with the value in its range, a query query_check
+ * passed has no name twice, and with a route's list of names it passes
+ * exactly the queries whose every name is on it. Built with the fuzz build (tests/fuzz/CMakeLists.txt;
  * `scripts/test.sh fuzz` runs it):
  *
  *   ./build-fuzz/fuzz_query_params -max_total_time=60 CORPUS_DIR */
@@ -69,6 +70,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (query_check(c, NULL, &r) == 0) {
         seen in = {.n = 0};
         MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, count_name, &in);
+        /* with a route's list (events'): passed exactly when every name is
+         * one of its words */
+        static const char *const listed[] = {"from", "to", "step", "ranks", "limit", "buckets", "gpu"};
+        int all_listed = 1;
+        for (size_t i = 0; i < in.n; i++) {
+            int found = 0;
+            for (size_t k = 0; k < sizeof listed / sizeof listed[0]; k++)
+                found |= strcmp(in.name[i], listed[k]) == 0;
+            all_listed &= found;
+        }
+        reply lr = {0};
+        int passed = query_check(c, "from to step ranks limit buckets gpu", &lr) == 0;
+        if (passed != all_listed || (!passed && lr.status != 400)) abort();
+        reply_clear(&lr);
         query_args a;
         if (query_copy(c, &a, &r) != 0) abort();
         if (a.n != in.n) abort(); /* the copy holds every parameter checked, with its value */
