@@ -517,6 +517,19 @@ static sqlite3 *open_immutable(const char *path, pp_err *err) {
     return open_readonly(uri, SQLITE_OPEN_URI, err);
 }
 
+/* 1 when sql was opened as immutable (open_immutable: no writer then) and
+ * a writer is there now (its -wal), or has been (the file is not the one
+ * opened: a job that came and went checkpointed into it): the connection
+ * would read none of it, or a mix of old and new pages. */
+static int immutable_stale(sqlite3 *sql) {
+    const char *file = sqlite3_db_filename(sql, "main");
+    if (!file || !sqlite3_uri_boolean(file, "immutable", 0)) return 0;
+    const char *wal = sqlite3_filename_wal(file), *then = sqlite3_uri_parameter(file, "pprun_print");
+    char now[96];
+    file_print(file, now, sizeof now);
+    return (wal && access(wal, F_OK) == 0) || !then || strcmp(then, now) != 0;
+}
+
 int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
     /* SQLite says "unable to open database file" or "disk I/O error" for
      * these; the user's words are better. */
@@ -559,10 +572,10 @@ int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
         if (!(sql = open_immutable(path, err))) return -1;
     }
     /* A job that began since the look for its -wal: read through it, as any
-     * reader of a running job. */
-    if (no_wal && sqlite3_uri_boolean(sqlite3_db_filename(sql, "main"), "immutable", 0) && access(wal, F_OK) == 0) {
+     * reader of a running job (one that also ended: immutable again). */
+    if (immutable_stale(sql)) {
         sqlite3_close(sql);
-        if (!(sql = open_readonly(path, 0, err))) return -1;
+        if (!(sql = access(wal, F_OK) == 0 ? open_readonly(path, 0, err) : open_immutable(path, err))) return -1;
     }
     *out = sql;
     return 0;
@@ -686,17 +699,7 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
 }
 
 int db_reader_refresh(sqlite3 *sql) {
-    /* Read as immutable (db_connect_readonly: no writer then): a writer is
-     * there now (its -wal), or has been (the file is not the one opened: a
-     * job that came and went checkpointed into it), and this connection
-     * would read none of it, or a mix of old and new pages. */
-    const char *file = sqlite3_db_filename(sql, "main");
-    if (file && sqlite3_uri_boolean(file, "immutable", 0)) {
-        const char *wal = sqlite3_filename_wal(file), *then = sqlite3_uri_parameter(file, "pprun_print");
-        char now[96];
-        file_print(file, now, sizeof now);
-        if ((wal && access(wal, F_OK) == 0) || !then || strcmp(then, now) != 0) return -1;
-    }
+    if (immutable_stale(sql)) return -1;
     /* the views db_reader_init made for tables a writer may since have
      * added, with what goes with each */
     static const struct {

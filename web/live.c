@@ -96,7 +96,6 @@ struct live_hub {
     pthread_t thread;
     int running, stop;    /* under mu */
     sqlite3 *db;          /* the hub thread's */
-    char *path;           /* the database's: db opened again (run_tick) */
     unsigned poll_ms, heartbeat_ms;
     live_sub *subs;       /* under mu; freed only by the hub thread (or live_free) */
     int nsubs;
@@ -466,10 +465,11 @@ static int by_unsent(const void *a, const void *b) {
  * rest of LIVE_UNSENT_MAX); the others wait for a later tick. */
 static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room) {
     /* The file changed under the hub's connection (db_reader_refresh): a
-     * new one, or the old one until it can be opened. */
+     * new one, by the old one's file name (the old stays open till then),
+     * or the old one until it can be opened. */
     sqlite3 *fresh;
     pp_err e;
-    if (db_reader_refresh(h->db) != 0 && usersql_open(h->path, &fresh, &e) == 0) {
+    if (db_reader_refresh(h->db) != 0 && usersql_open(sqlite3_db_filename(h->db, "main"), &fresh, &e) == 0) {
         db_reader_close(h->db);
         h->db = fresh;
     }
@@ -573,13 +573,7 @@ static void *hub_main(void *arg) {
 int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned heartbeat_ms, pp_err *err) {
     live_hub *h = calloc(1, sizeof *h);
     if (!h) return pp_fail(err, "out of memory");
-    h->path = strdup(db_path);
-    if (!h->path) {
-        free(h);
-        return pp_fail(err, "out of memory");
-    }
     if (usersql_open(db_path, &h->db, err) != 0) {
-        free(h->path);
         free(h);
         return -1;
     }
@@ -589,7 +583,6 @@ int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned h
     pp_cond_init_monotonic(&h->cv);
     if (pthread_create(&h->thread, NULL, hub_main, h) != 0) {
         db_reader_close(h->db);
-        free(h->path);
         free(h);
         return pp_fail(err, "cannot start the live-stream thread");
     }
@@ -731,7 +724,6 @@ void live_free(live_hub *h) {
         sub_free(s);
     }
     db_reader_close(h->db);
-    free(h->path);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);
