@@ -158,13 +158,12 @@ void comm_tcp_accept(comm *c) {
             char why[1200];
             comm_thread_failed(c, "reader", h.rank, rc, why, sizeof why);
             fprintf(stderr, "pprun comm (rank %d): %s\n", c->rank, why);
-            pthread_mutex_lock(&p->mu); /* its input ended, by this rank's failure: the peer is well */
-            snprintf(p->in_why, sizeof p->in_why, "cannot be read: rank %d could not start a thread to read it (%s)",
-                     c->rank, strerror(rc));
-            p->in_state = COMM_IN_CLOSED;
+            /* its input ended, by this rank's failure: the peer is well (in_local, read under p->mu once
+             * comm_rx_end has closed the input) */
             p->in_local = 1;
-            pthread_cond_broadcast(&p->cv_in);
-            pthread_mutex_unlock(&p->mu);
+            snprintf(why, sizeof why, "cannot be read: rank %d could not start a thread to read it (%s)", c->rank,
+                     strerror(rc));
+            comm_rx_end(p, why);
         }
     }
     pthread_mutex_unlock(&c->accept_mu);
