@@ -58,27 +58,54 @@ static int cmp_rank(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void per_rank(FILE *out, int world, const double *v, rank_fmt *fmt) {
-    char a[24], b[24], c[24];
-    if (world <= RANKS_LISTED) {
-        for (int k = 0; k < world; k++) fprintf(out, "  %d: %s", k, v[k] >= 0 ? fmt(a, sizeof a, v[k]) : "-");
-        return;
-    }
-    int *rank = malloc(sizeof *rank * (size_t)world), n = 0;
-    if (!rank) {
+/* Who a figure is of, in spread()'s line: "rank 5", "replica 79, ranks 632-639". */
+typedef const char *item_label(char *buf, size_t n, int k, const void *ctx);
+static const char *label_rank(char *buf, size_t n, int k, const void *ctx) {
+    (void)ctx;
+    snprintf(buf, n, "rank %d", k);
+    return buf;
+}
+static const char *label_replica(char *buf, size_t n, int k, const void *ctx) {
+    const summary_replica *r = &((const summary_replica *)ctx)[k];
+    if (r->ranks == 1)
+        snprintf(buf, n, "replica %d, rank %d", k, r->first_rank);
+    else
+        snprintf(buf, n, "replica %d, ranks %d-%d", k, r->first_rank, r->first_rank + r->ranks - 1);
+    return buf;
+}
+
+/* "  least 18.1% (rank 637), median 37.0%, most 37.0% (rank 1016) of 1024
+ * ranks" over the n items of v that have a figure (v >= 0). */
+static void spread(FILE *out, int n_items, const double *v, rank_fmt *fmt, item_label *label, const void *ctx,
+                   const char *plural) {
+    char a[24], b[24], c[24], la[64], lc[64];
+    int *item = malloc(sizeof *item * (size_t)(n_items > 0 ? n_items : 1)), n = 0;
+    if (!item) {
         fprintf(out, ": (out of memory)");
         return;
     }
-    for (int k = 0; k < world; k++)
-        if (v[k] >= 0) rank[n++] = k;
+    for (int k = 0; k < n_items; k++)
+        if (v[k] >= 0) item[n++] = k;
     by_value = v;
-    qsort(rank, (size_t)n, sizeof *rank, cmp_rank);
-    if (n == 0) fprintf(out, ": none of %d ranks", world);
+    qsort(item, (size_t)n, sizeof *item, cmp_rank);
+    if (n == 0)
+        fprintf(out, ": none of %d %s", n_items, plural);
     else
-        fprintf(out, "  least %s (rank %d), median %s, most %s (rank %d) of %d ranks", fmt(a, sizeof a, v[rank[0]]),
-                rank[0], fmt(b, sizeof b, v[rank[n / 2]]), fmt(c, sizeof c, v[rank[n - 1]]), rank[n - 1], n);
-    if (n > 0 && n < world) fprintf(out, " (%d without)", world - n);
-    free(rank);
+        fprintf(out, "  least %s (%s), median %s, most %s (%s) of %d %s", fmt(a, sizeof a, v[item[0]]),
+                label(la, sizeof la, item[0], ctx), fmt(b, sizeof b, v[item[n / 2]]), fmt(c, sizeof c, v[item[n - 1]]),
+                label(lc, sizeof lc, item[n - 1], ctx), n, plural);
+    if (n > 0 && n < n_items) fprintf(out, " (%d without)", n_items - n);
+    free(item);
+}
+
+static void per_rank(FILE *out, int world, const double *v, rank_fmt *fmt) {
+    char a[24];
+    if (world > RANKS_LISTED) {
+        spread(out, world, v, fmt, label_rank, NULL, "ranks");
+        return;
+    }
+    for (int k = 0; k < world; k++)
+        fprintf(out, "  %d: %s", k, v[k] >= 0 ? fmt(a, sizeof a, v[k]) : "-");
 }
 
 /* An int64_t figure per rank as per_rank takes it (allocated, NULL when out of memory). */
@@ -167,6 +194,38 @@ static void spans_table(FILE *out, const job_summary *s) {
     }
 }
 
+/* A replica's all-reduce and wait are its ranks' sums over the steps: a
+ * rank's share a step is what reads beside a step time (the replica's
+ * ranks all-reduce their stages at once). */
+static double replica_per(const job_summary *s, const summary_replica *r) {
+    return (s->steps > 0 ? (double)s->steps : 1) * (r->ranks > 0 ? r->ranks : 1);
+}
+
+/* Past RANKS_LISTED replicas (--dp 128: 128 lines), each figure's least,
+ * median and most, each of its replica, as per_rank does for ranks. */
+static void replicas_spread(FILE *out, const job_summary *s, int own_allreduce) {
+    double *v = malloc(sizeof *v * (size_t)s->nreplicas);
+    if (!v) {
+        fprintf(out, "  by replica: (out of memory)");
+        return;
+    }
+    for (int d = 0; d < s->nreplicas; d++)
+        v[d] = isfinite(s->replicas[d].bubble_ratio) ? s->replicas[d].bubble_ratio : -1;
+    fprintf(out, "  by replica");
+    spread(out, s->nreplicas, v, fmt_ratio, label_replica, s->replicas, "replicas");
+    if (own_allreduce) {
+        for (int d = 0; d < s->nreplicas; d++)
+            v[d] = (double)s->replicas[d].allreduce_ns / replica_per(s, &s->replicas[d]);
+        fprintf(out, "\n  all-reduce a rank a step, by replica");
+        spread(out, s->nreplicas, v, fmt_ns, label_replica, s->replicas, "replicas");
+        for (int d = 0; d < s->nreplicas; d++)
+            v[d] = (double)s->replicas[d].wait_dp_ns / replica_per(s, &s->replicas[d]);
+        fprintf(out, "\n  waited for it, by replica");
+        spread(out, s->nreplicas, v, fmt_ns, label_replica, s->replicas, "replicas");
+    }
+    free(v);
+}
+
 void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     char a[24], b[24];
     report_job_line(out, db, s);
@@ -190,12 +249,14 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
      * (a program's all-reduce is a span of its own, under "time by span name") */
     int own_allreduce = 0;
     for (int d = 0; s->replicas && d < s->nreplicas; d++) own_allreduce |= s->replicas[d].allreduce_ns > 0;
-    for (int d = 0; s->replicas && d < s->nreplicas; d++) {
+    if (s->replicas && s->nreplicas > RANKS_LISTED) {
+        replicas_spread(out, s, own_allreduce);
+        fputc('\n', out);
+    }
+    for (int d = 0; s->replicas && s->nreplicas <= RANKS_LISTED && d < s->nreplicas; d++) {
         const summary_replica *r = &s->replicas[d];
         char c[24];
-        /* a rank's share: the replica's ranks all-reduce their stages at once,
-         * and their sum beside a step time read as most of the step */
-        double per = (s->steps > 0 ? (double)s->steps : 1) * (r->ranks > 0 ? r->ranks : 1);
+        double per = replica_per(s, r);
         if (r->ranks == 1)
             fprintf(out, "  replica %d (rank %d): %s bubble", d, r->first_rank, fmt_pct(a, sizeof a, r->bubble_ratio));
         else

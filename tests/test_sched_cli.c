@@ -201,8 +201,8 @@ Test(sched_cli, costs_change_the_simulation) {
 
 Test(sched_cli, csv_out_and_back_in) {
     char args[512];
-    snprintf(args, sizeof args, "--schedule zb-v --pp 4 --microbatches 8 --csv-out %s/zbv.csv --notation pytorch",
-             dir);
+    /* no --microbatches: pprun run's 8 */
+    snprintf(args, sizeof args, "--schedule zb-v --pp 4 --csv-out %s/zbv.csv --notation pytorch", dir);
     cr_assert_eq(pprun(args), 0, "%s", err_text);
     char first[sizeof out];
     strcpy(first, strstr(out, "simulated timeline"));
@@ -265,8 +265,8 @@ Test(sched_cli, impossible_requests_exit_2_naming_the_constraint) {
     cr_assert_eq(out[0], '\0', "printed: %s", out);
     cr_assert_eq(pprun("--schedule zb-v --pp 4 --microbatches 8 --virtual-stages 3"), 2);
     cr_assert(strstr(err_text, "exactly two chunks"), "%s", err_text);
-    cr_assert_eq(pprun("--schedule 1f1b --stages 4"), 2);
-    cr_assert(strstr(err_text, "--microbatches is required"), "%s", err_text);
+    cr_assert_eq(pprun("--schedule interleaved-1f1b --pp 3"), 2);
+    cr_assert(strstr(err_text, "m=8, p=3"), "pprun run's 8 microbatches unless given: %s", err_text);
     cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --costs f=1,x=2"), 2);
     cr_assert(strstr(err_text, "--costs") && strstr(err_text, "'x'"), "%s", err_text);
     cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --costs f=-1"), 2);

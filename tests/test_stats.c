@@ -456,6 +456,59 @@ Test(stats, past_16_ranks_a_per_rank_line_names_the_least_median_and_most, .time
     lt_free(&p);
 }
 
+/* The replica named after "(replica " at `after` in text. */
+static int named_replica(const char *text, const char *after) {
+    const char *at = strstr(text, after);
+    cr_assert(at, "no '%s' in: %s", after, text);
+    at = strstr(at, "(replica ");
+    cr_assert(at, "%s", text);
+    return atoi(at + strlen("(replica "));
+}
+
+/* Past 16 replicas a line per replica (128 of them under --dp 128) gives
+ * way to each figure's least, median and most, as for ranks: each names
+ * the replica that has it. */
+Test(stats, past_16_replicas_each_figure_names_its_least_and_most_replica, .timeout = 240) {
+    const char *db = tfix_path("stats-17-replicas.db");
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--pp", "1", "--dp", "17", "--microbatches", "2", "--steps", "3", "--model",
+                            "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_free(&run);
+    lt_proc p = stats(db, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert_null(strstr(p.out, "\n  replica 0 ("), "a line per replica: %s", p.out);
+    const char *bubble = strstr(p.out, "\n  by replica  least ");
+    const char *allreduce = strstr(p.out, "\n  all-reduce a rank a step, by replica  least ");
+    cr_assert(bubble && allreduce && strstr(p.out, "\n  waited for it, by replica  least "), "%s", p.out);
+    cr_assert(strstr(bubble, ") of 17 replicas\n") && strstr(allreduce, ") of 17 replicas\n"), "%s", p.out);
+    int least = named_replica(bubble, "least"), most = named_replica(bubble, "most");
+    int most_allreduce = named_replica(allreduce, "most");
+    lt_free(&p);
+
+    lt_run(&p, (const char *[]){"stats", "--db", db, "--format", "json", NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cJSON *root = cJSON_Parse(p.out);
+    cJSON *replicas = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "summary"), "replicas");
+    cr_assert_eq(cJSON_GetArraySize(replicas), 17, "%s", p.out);
+    double lo = INFINITY, hi = -INFINITY, hi_allreduce = -INFINITY;
+    for (int d = 0; d < 17; d++) {
+        cJSON *r = cJSON_GetArrayItem(replicas, d);
+        double b = cJSON_GetObjectItem(r, "bubble_ratio")->valuedouble;
+        double a = cJSON_GetObjectItem(r, "allreduce_ns")->valuedouble;
+        lo = fmin(lo, b), hi = fmax(hi, b), hi_allreduce = fmax(hi_allreduce, a);
+    }
+    cr_assert(hi_allreduce > 0, "pprun's all-reduce under --dp: %s", p.out);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(replicas, least), "bubble_ratio")->valuedouble, lo);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(replicas, most), "bubble_ratio")->valuedouble, hi);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(replicas, most_allreduce), "allreduce_ns")->valuedouble,
+                 hi_allreduce);
+    cJSON_Delete(root);
+    lt_free(&p);
+}
+
 Test(stats, a_dp_jobs_stage_balance_names_every_rank_it_measured, .timeout = 240) {
     const char *db = tfix_path("balance-dp.db");
     lt_proc run;

@@ -13,11 +13,12 @@
 
 #include "base/file.h"
 #include "base/term.h"
+#include "config/run_config.h"
 #include "runner/cmd/cli.h"
 #include "sched/sched.h"
 
 static const char usage_text[] =
-    "usage: pprun schedule --schedule S --pp P --microbatches M [options]\n"
+    "usage: pprun schedule --schedule S --pp P [--microbatches M] [options]\n"
     "\n"
     "Prints a pipeline schedule's per-rank action grid, validates it, and simulates\n"
     "one step from F/B/W/comm costs (see docs/schedules.md).\n"
@@ -28,7 +29,7 @@ static const char usage_text[] =
     "  --virtual-stages V   stages (model chunks) per rank (default 2 for interleaved-1f1b, zb-v,\n"
     "                       dualpipev; else 1)\n"
     "  --stages S           the pipeline's stages, P x V, as the output counts them: another way to say P\n"
-    "  --microbatches M     microbatches per step\n"
+    "  --microbatches M     microbatches per step (default 8, as pprun run)\n"
     "  --costs LIST         f=1,b=1,w=1,comm=0: time units of one F, B, W of a stage and of a send\n"
     "                       (or durations: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us); between=T adds a rank's\n"
     "                       own time between two ops, bw=T a BW's cost when not b + w, allreduce=T each\n"
@@ -174,7 +175,12 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
             return pp_fail(err, "--schedule is required; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
                                 "dualpipev, csv:FILE");
         if (resolve_shape(o, err) != 0) return -1;
-        if (!o->m) return pp_fail(err, "--microbatches is required");
+        if (!o->m) {
+            /* pprun run's default, so that a plan printed here is the one a run would take */
+            run_config dflt;
+            run_config_default(&dflt);
+            o->m = dflt.microbatches;
+        }
     }
     /* the CSV written over the one read would replace the user's own file */
     if (o->csv_out && o->csv_in &&
