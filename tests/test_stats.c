@@ -428,18 +428,23 @@ static double sql_median(const char *path, const char *sql) {
 /* A job of two pipelines (--pp 2 --dp 2) runs stage 0 on ranks 0 and 2:
  * the stage balance's medians are over both, and its table and JSON name
  * both ranks, not the last one read (it printed "0 2", "1 3" before). */
+/* A job of --pp P x --dp D ranks, M microbatches, 3 steps of the timed model, into db. */
+static void run_mesh(const char *db, const char *pp, const char *dp, const char *m) {
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--pp", pp, "--dp", dp, "--microbatches", m, "--steps", "3", "--model",
+                            "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_free(&run);
+}
+
 /* Past 16 ranks a per-rank line names the least, the median and the most
  * with their ranks, not every rank (a 1,024-rank job's lines were 12 to 14
  * KB each): 18 ranks, --pp 2 x --dp 9, stage 0 on the even ranks. */
 Test(stats, past_16_ranks_a_per_rank_line_names_the_least_median_and_most, .timeout = 240) {
     const char *db = tfix_path("stats-18-ranks.db");
-    lt_proc run;
-    lt_run(&run,
-           (const char *[]){"run", "--pp", "2", "--dp", "9", "--microbatches", "4", "--steps", "3", "--model",
-                            "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--progress", "off", "--db", db, NULL},
-           NULL);
-    cr_assert_eq(run.status, 0, "%s", run.err);
-    lt_free(&run);
+    run_mesh(db, "2", "9", "4");
     lt_proc p = stats(db, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
     lt_assert_has(p.out, "\n  by rank  least ");
@@ -470,13 +475,7 @@ static int named_replica(const char *text, const char *after) {
  * the replica that has it. */
 Test(stats, past_16_replicas_each_figure_names_its_least_and_most_replica, .timeout = 240) {
     const char *db = tfix_path("stats-17-replicas.db");
-    lt_proc run;
-    lt_run(&run,
-           (const char *[]){"run", "--pp", "1", "--dp", "17", "--microbatches", "2", "--steps", "3", "--model",
-                            "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--progress", "off", "--db", db, NULL},
-           NULL);
-    cr_assert_eq(run.status, 0, "%s", run.err);
-    lt_free(&run);
+    run_mesh(db, "1", "17", "2");
     lt_proc p = stats(db, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
     cr_assert_null(strstr(p.out, "\n  replica 0 ("), "a line per replica: %s", p.out);
@@ -511,12 +510,7 @@ Test(stats, past_16_replicas_each_figure_names_its_least_and_most_replica, .time
 
 Test(stats, a_dp_jobs_stage_balance_names_every_rank_it_measured, .timeout = 240) {
     const char *db = tfix_path("balance-dp.db");
-    lt_proc run;
-    lt_run(&run,
-           (const char *[]){"run", "--pp", "2", "--dp", "2", "--microbatches", "4", "--steps", "3", "--model",
-                            "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--progress", "off", "--db", db, NULL},
-           NULL);
-    cr_assert_eq(run.status, 0, "%s", run.err);
+    run_mesh(db, "2", "2", "4");
     lt_proc p = stats(db, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
     lt_assert_has(p.out, "\n  stage ranks layers ");
@@ -546,7 +540,6 @@ Test(stats, a_dp_jobs_stage_balance_names_every_rank_it_measured, .timeout = 240
     }
     cJSON_Delete(root);
     lt_free(&p);
-    lt_free(&run);
 }
 
 /* `pprun stats --job JOB --format json` of db, parsed (the caller deletes it). */
