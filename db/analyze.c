@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "db/bounds.h"
+#include "db/durations.h"
 #include "db/progplan.h"
 
 typedef analyze_op op;
@@ -586,14 +587,13 @@ int db_op_medians(db *d, int64_t job, int first_step, int last_step, int stages,
     if (!recompute) return pp_fail(err, "out of memory");
     for (int s = 0; s < stages; s++) recompute[s] = -1;
     sqlite3_stmt *st;
-    /* Ordered by (stage, kind, duration): each group's middle row is its
-     * median; kind 0 F, 1 B, 2 W, 3 BW, 4 RECOMPUTE. */
+    /* Grouped by (stage, kind): kind 0 F, 1 B, 2 W, 3 BW, 4 RECOMPUTE. */
     if (sqlite3_prepare_v2(db_sqlite(d),
                            "SELECT stage, CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 3"
                            " ELSE 4 END AS kind, end_ns - start_ns AS dur FROM events"
                            " WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND (phase IN ('F','B','W','BW') OR"
                            " (phase='SPAN' AND name='RECOMPUTE')) AND stage IS NOT NULL AND source='cpu'"
-                           " AND " DB_LATEST_ATTEMPT " ORDER BY stage, kind, dur",
+                           " AND " DB_LATEST_ATTEMPT " ORDER BY stage, kind",
                            -1, &st, NULL) != SQLITE_OK) {
         free(recompute);
         return db_fail(d, sqlite3_errcode(db_sqlite(d)), "measuring op durations", err);
@@ -601,8 +601,7 @@ int db_op_medians(db *d, int64_t job, int first_step, int last_step, int stages,
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int(st, 2, first_step);
     sqlite3_bind_int(st, 3, last_step);
-    int64_t *durs = NULL;
-    size_t n = 0, cap = 0;
+    durations durs = {0};
     int cur = -1, rc;
     for (;;) {
         rc = sqlite3_step(st);
@@ -615,28 +614,22 @@ int db_op_medians(db *d, int64_t job, int first_step, int last_step, int stages,
             dur = sqlite3_column_int64(st, 2);
         }
         if (key != cur) {
-            if (cur >= 0 && n > 0) {
-                int64_t m = durs[(n - 1) / 2];
+            if (cur >= 0 && durs.n > 0) {
+                int64_t m = durations_median(&durs);
                 if (cur % 5 == 4) recompute[cur / 5] = m;
                 else med[cur / 5 * 4 + cur % 5] = m;
             }
             cur = key;
-            n = 0;
+            durs.n = 0;
         }
         if (rc != SQLITE_ROW) break;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            int64_t *t = realloc(durs, cap * sizeof *t);
-            if (!t) {
-                rc = SQLITE_NOMEM;
-                break;
-            }
-            durs = t;
+        if (durations_push(&durs, dur) != 0) {
+            rc = SQLITE_NOMEM;
+            break;
         }
-        durs[n++] = dur;
     }
     sqlite3_finalize(st);
-    free(durs);
+    free(durs.v);
     /* The recompute runs right before the backward that needs it (its B,
      * or its BW where the stage runs no B). */
     for (int s = 0; s < stages; s++) {

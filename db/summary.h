@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "db/analyze.h"
+#include "db/durations.h"
 #include "base/pp.h"
 #include "tracer/event.h"
 
@@ -39,17 +40,6 @@
 /* Each rank's waits for the data-parallel all-reduce of job ?1 from step
  * ?2 on: the rows of the partial index step_idle_wait_dp alone. */
 #define SQL_WAIT_DP_ROWS "SELECT rank, idle_ns FROM step_idle WHERE job_id=?1 AND step>=?2 AND cause='wait_dp'"
-
-/* A growable list of durations (ns), to take a median of; the owner frees v. */
-typedef struct durations {
-    int64_t *v;
-    size_t n, cap;
-} durations;
-int durations_push(durations *d, int64_t x); /* 0, or -1 when out of memory */
-/* d's median (the mean of the middle two), -1 if empty; reorders d->v. */
-int64_t durations_median(durations *d);
-/* d's mean, rounded to the ns; -1 if empty. */
-int64_t durations_mean(const durations *d);
 
 /* Durations of one kind of op (a phase, host or GPU span) from from_step on;
  * SPAN, the program's own named spans, has none here (summary_spans). */

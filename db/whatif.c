@@ -571,7 +571,7 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
                               "ELSE 4 END, end_ns - start_ns - ?5 * min(max(coalesce(wait_cpu_ns, 0), 0),"
                               " end_ns - start_ns), stage, rank, end_ns - start_ns FROM events WHERE "
                               "job_id=?1 AND step BETWEEN ?2 AND ?3 AND source=?4 AND (phase IN ('F','B','W','BW') "
-                              "OR (phase='SPAN' AND name='RECOMPUTE'))",
+                              "OR (phase='SPAN' AND name='RECOMPUTE')) AND " DB_LATEST_ATTEMPT,
                               s, r, &st, err) != 0)
         return -1;
     sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
@@ -837,8 +837,8 @@ static int whatif_read_allreduce(sqlite3 *db, const job_summary *s, whatif_repor
     if (whatif_prepare_window(db,
                               "SELECT stage, rank, step, start_ns, end_ns FROM events WHERE job_id=?1 AND step "
                               "BETWEEN ?2 AND ?3 AND source='cpu' AND phase='SPAN' AND name IN "
-                              "('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER') AND stage IS NOT NULL "
-                              "ORDER BY stage, rank, step",
+                              "('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER') AND stage IS NOT NULL AND " DB_LATEST_ATTEMPT
+                              " ORDER BY stage, rank, step",
                               s, r, &st, err) != 0)
         return -1;
     static const bounds_event_cols cols = {

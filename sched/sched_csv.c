@@ -18,9 +18,10 @@
 #include "base/file.h"
 
 /* A file has at most as many rows (ranks) as a generated schedule has
- * ranks (--pp); stages and microbatches at most CSV_MAX_INDEX + 1. */
+ * ranks (--pp); stages and microbatches at most CSV_MAX_INDEX + 1, the
+ * microbatches pprun run takes (its stages are bounded further below). */
 #define CSV_MAX_RANKS PP_SHAPE_MAX_RANKS
-#define CSV_MAX_INDEX 100000
+#define CSV_MAX_INDEX (PP_SHAPE_MAX_MICROBATCHES - 1)
 /* The file is read whole: 64 MiB holds millions of actions, far past any
  * real schedule, and keeps /dev/zero or a huge file named by mistake out. */
 #define SCHED_CSV_MAX_BYTES ((size_t)64 << 20)

@@ -36,7 +36,8 @@ export async function loadHeatmap(id) {
 
 function median(xs) {
   const a = xs.filter((x) => x != null).sort((p, q) => p - q);
-  return a.length ? a[a.length >> 1] : null;
+  const h = a.length >> 1; // of an even count the middle two's mean, as every median pprun reports
+  return !a.length ? null : a.length % 2 ? a[h] : (a[h - 1] + a[h]) / 2;
 }
 
 // heat = |ratio - column median| / the largest such distance (0..1).

@@ -395,11 +395,11 @@ Test(db, phase_medians_of_a_step) {
     pp_err err;
     trace_event ev[32];
     size_t n = tfix_events(0, 1000000, ev);
-    ev[1].end_ns += 4 * TFIX_US; /* 0F1 lasts 14u: stage 0's F median is the lower middle, 10u */
+    ev[1].end_ns += 4 * TFIX_US; /* 0F1 lasts 14u: stage 0's F median is the middle two's mean, 12u */
     cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
     int64_t med[8];
     cr_assert_eq(db_op_medians(d, job, 0, 0, 2, med, &err), 0, "%s", err.msg);
-    cr_assert_eq(med[0 * 4 + TRACE_F], 10 * TFIX_US);
+    cr_assert_eq(med[0 * 4 + TRACE_F], 12 * TFIX_US);
     cr_assert_eq(med[0 * 4 + TRACE_B], 20 * TFIX_US);
     cr_assert_eq(med[0 * 4 + TRACE_W], -1, "no W in this step");
     cr_assert_eq(med[1 * 4 + TRACE_F], 10 * TFIX_US);

@@ -19,6 +19,7 @@
  * - the mesh's options checked before anything starts, and the mesh in every
  *   rank's environment. */
 #include <criterion/criterion.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -406,6 +407,53 @@ Test(dp_run, a_restarted_zero1_job_resumes_from_its_checkpoint_bit_for_bit) {
     cr_assert_eq(access(path, F_OK), 0, "no %s", path);
     snprintf(path, sizeof path, "%s/ck/step_1/stage_2.ckpt", tmpdir);
     cr_assert_neq(access(path, F_OK), 0, "a stage file per replica");
+}
+
+/* The what-if's all-reduce a stage (pprun stats' "data parallel" rows) is
+ * a rank's mean a step over each step's latest attempt: the failed
+ * attempt's all-reduce of a step the next one ran again (steps 2 and 3
+ * after the checkpoint of step 1), made 100 times as long here, adds
+ * nothing, where it was summed into the step's own. */
+Test(dp_run, the_what_ifs_allreduce_of_a_restarted_job_is_the_latest_attempts) {
+    cr_assert_eq(sh("%s run --pp 2 --dp 2 --microbatches 2 --steps 4 --model " MODEL " --progress off --db %s/wi.db"
+                    " --checkpoint-dir %s/ck-wi --checkpoint-every 2 --fail-at step=3,rank=3 --max-restarts 1",
+                    PPRUN_BIN, tmpdir, tmpdir),
+                 0, "%s", out_text());
+    char path[512], cmd[700];
+    snprintf(path, sizeof path, "%s/wi.db", tmpdir);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db,
+                              "UPDATE events SET end_ns = start_ns + 100 * (end_ns - start_ns) WHERE attempt = 0 AND"
+                              " name = 'ALLREDUCE' AND step IN (SELECT step FROM events WHERE attempt = 1)",
+                              NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_gt(sqlite3_changes(db), 0, "the failed attempt all-reduced a step the next one ran again");
+    snprintf(cmd, sizeof cmd, "%s stats --db %s --format json", PPRUN_BIN, path);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    static char json[1 << 20];
+    size_t n = fread(json, 1, sizeof json - 1, p);
+    json[n] = 0;
+    cr_assert_eq(pclose(p), 0);
+    cJSON *root = cJSON_Parse(json), *w = cJSON_GetObjectItem(root, "whatif");
+    cJSON *by_stage = cJSON_GetObjectItem(cJSON_GetObjectItem(w, "data_parallel"), "allreduce_ns_by_stage");
+    cr_assert_eq(cJSON_GetArraySize(by_stage), 2, "%s", json);
+    for (int k = 0; k < 2; k++) {
+        double got = cJSON_GetArrayItem(by_stage, k)->valuedouble;
+        double want = (double)tfix_q_intf(
+            db,
+            "SELECT sum(end_ns - start_ns) / count(DISTINCT rank || ' ' || step) FROM events e WHERE stage = %d AND"
+            " name = 'ALLREDUCE' AND step BETWEEN %d AND %d AND attempt = (SELECT max(attempt) FROM events l"
+            " WHERE l.job_id = e.job_id AND l.step = e.step)",
+            k, cJSON_GetObjectItem(w, "first_step")->valueint, cJSON_GetObjectItem(w, "last_step")->valueint);
+        cr_assert(want > 0 && fabs(got - want) <= 1,
+                  "stage %d: the what-if's all-reduce %.0f ns, a rank's mean a step"
+                  " of the latest attempts %.0f ns",
+                  k, got, want);
+    }
+    cJSON_Delete(root);
+    sqlite3_close(db);
 }
 
 /* The files hold the whole state, whatever --dp wrote them: the same

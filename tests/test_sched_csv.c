@@ -308,8 +308,10 @@ Test(sched_csv, hostile_files_are_refused_with_what_is_wrong) {
     assert_bad("0F0,0B0,0W0\n\n1F0,1B0,1W0\n", "line 2", "no actions");
     assert_bad("0F0,0B0,0W0\n,,\n1F0,1B0,1W0\n", "line 2", "no actions");
     /* an action whose numbers are too large is named as such, not as "not an action" */
-    assert_bad("0F0,0F99999999999\n", "line 1, column 2", "a stage or microbatch over 100000");
-    assert_bad("100001F0\n", "'100001F0'", "over 100000");
+    assert_bad("0F0,0F99999999999\n", "line 1, column 2", "a stage or microbatch over 99999");
+    assert_bad("100001F0\n", "'100001F0'", "over 99999");
+    /* microbatch 100000 is the 100,001st: more than pprun run takes */
+    assert_bad("0F0,0F100000\n", "'0F100000'", "a stage or microbatch over 99999");
     assert_bad("0F99999999999x\n", "'0F99999999999x'", "is not an action");
 }
 
