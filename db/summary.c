@@ -503,6 +503,24 @@ static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
         s->nreplicas = 1;
         return 0;
     }
+    /* A program's plan laid out otherwise (one pipeline of every rank
+     * under --dp 2: stage 2 on rank 2, in replica 1 alone) would make up
+     * replicas, and stage ranks past the world: every stage must be in
+     * every replica, else it is one pipeline (docs/torch.md) */
+    if (prepare(db,
+                "SELECT (SELECT count(*) FROM (SELECT DISTINCT stage, rank / ?2 FROM plan WHERE job_id=?1 AND stage"
+                " IS NOT NULL)) != (SELECT count(DISTINCT stage) FROM plan WHERE job_id=?1 AND stage IS NOT NULL) * ?3",
+                s->job_id, &st, err) != 0)
+        return -1;
+    sqlite3_bind_int(st, 2, s->world / s->nreplicas);
+    sqlite3_bind_int(st, 3, s->nreplicas);
+    int unlaid = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (unlaid) {
+        s->dp_unlaid = s->nreplicas;
+        s->nreplicas = 1;
+        return 0;
+    }
     if (!(s->replicas = calloc((size_t)s->nreplicas, sizeof *s->replicas))) return pp_fail(err, "out of memory");
     int per = s->world / s->nreplicas;
     for (int d = 0; d < s->nreplicas; d++) {

@@ -68,6 +68,7 @@ void report_summary_json(jw *w, const job_summary *s) {
         }
         jw_arr_end(w);
     }
+    if (s->dp_unlaid) jw_kint(w, "dp_not_laid_out", s->dp_unlaid); /* --dp D shown as one pipeline */
     if (s->replicas) { /* --dp: each pipeline's bubble and data-parallel time */
         jw_key(w, "replicas");
         jw_arr(w);

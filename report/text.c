@@ -194,6 +194,16 @@ static void spans_table(FILE *out, const job_summary *s) {
     }
 }
 
+/* Why a job run with --dp D shows one pipeline (summary.h, dp_unlaid). */
+static const char *dp_unlaid_text(char *buf, size_t n, const job_summary *s) {
+    int per = s->world / s->dp_unlaid;
+    snprintf(buf, n,
+             "--dp %d is not the program's layout (a replica of %d %s lacks a stage): one pipeline of %d ranks shown "
+             "(docs/torch.md)",
+             s->dp_unlaid, per, per == 1 ? "rank" : "consecutive ranks", s->world);
+    return buf;
+}
+
 /* A replica's all-reduce and wait are its ranks' sums over the steps: a
  * rank's share a step is what reads beside a step time (the replica's
  * ranks all-reduce their stages at once). */
@@ -249,6 +259,10 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
      * (a program's all-reduce is a span of its own, under "time by span name") */
     int own_allreduce = 0;
     for (int d = 0; s->replicas && d < s->nreplicas; d++) own_allreduce |= s->replicas[d].allreduce_ns > 0;
+    if (s->dp_unlaid) {
+        char why[200];
+        fprintf(out, "  replicas %s\n", dp_unlaid_text(why, sizeof why, s));
+    }
     if (s->replicas && s->nreplicas > RANKS_LISTED) {
         replicas_spread(out, s, own_allreduce);
         fputc('\n', out);
@@ -594,6 +608,8 @@ void report_brief(FILE *out, const char *prefix, const job_summary *s, const wha
     if (s->between_ns >= 0 && s->between_ns >= s->step_time_ns / 10)
         fprintf(out, "; %s between steps", fmt_ns(t, sizeof t, (double)s->between_ns));
     if (s->dropped > 0) fprintf(out, "; %lld trace records lost, not in these figures", (long long)s->dropped);
+    char why[200];
+    if (s->dp_unlaid) fprintf(out, "\n%s: job %lld: %s", prefix, (long long)s->job_id, dp_unlaid_text(why, sizeof why, s));
     fprintf(out, "\n%s: more: pprun stats --db %s --job %lld\n", prefix, db_path, (long long)s->job_id);
 }
 

@@ -979,6 +979,30 @@ static void sql_exec(const char *path, const char *sql) {
     sqlite3_close(db);
 }
 
+/* `pprun run --dp 2` over a program whose pipeline is every rank (its
+ * plan: stage 0 on rank 0, stage 1 on rank 1, so replica 0 lacks stage 1)
+ * is one pipeline, said so: no made-up replicas, no stage on a rank past
+ * the world (replica 1's copy of rank 1 was "rank 2" of 2). */
+Test(stats, a_dp_the_programs_plan_does_not_follow_is_one_pipeline_said_so, .timeout = 60) {
+    const char *path = tfix_path("dp-unlaid.db");
+    fused_job(path);
+    sql_exec(path, "UPDATE jobs SET config_json = json_set(coalesce(config_json, '{}'), '$.dp', 2)");
+    lt_proc p = stats(path, "1");
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "\n  replicas --dp 2 is not the program's layout (a replica of 1 rank lacks a stage): "
+                         "one pipeline of 2 ranks shown");
+    cr_assert_null(strstr(p.out, "replica 0 ("), "%s", p.out);
+    lt_assert_has(p.out, "\n  1        1 - "); /* stage 1 on rank 1, not "1,2" */
+    lt_free(&p);
+    lt_run(&p, (const char *[]){"stats", "--db", path, "--job", "1", "--format", "json", NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cJSON *root = cJSON_Parse(p.out), *sum = cJSON_GetObjectItem(root, "summary");
+    cr_assert_eq(cJSON_GetObjectItem(sum, "dp_not_laid_out")->valueint, 2, "%s", p.out);
+    cr_assert_null(cJSON_GetObjectItem(sum, "replicas"), "%s", p.out);
+    cJSON_Delete(root);
+    lt_free(&p);
+}
+
 /* A forged job row (a program's schedule declared past pprun's bounds, as
  * libpprun_trace once let through, or edited into the file): pprun stats
  * refuses it at once, naming the value and the bound, within 512 MiB of
