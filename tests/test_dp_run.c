@@ -419,26 +419,13 @@ Test(dp_run, the_what_ifs_allreduce_of_a_restarted_job_is_the_latest_attempts) {
                     " --checkpoint-dir %s/ck-wi --checkpoint-every 2 --fail-at step=3,rank=3 --max-restarts 1",
                     PPRUN_BIN, tmpdir, tmpdir),
                  0, "%s", out_text());
-    char path[512], cmd[700];
+    char path[512];
     snprintf(path, sizeof path, "%s/wi.db", tmpdir);
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db,
-                              "UPDATE events SET end_ns = start_ns + 100 * (end_ns - start_ns) WHERE attempt = 0 AND"
-                              " name = 'ALLREDUCE' AND step IN (SELECT step FROM events WHERE attempt = 1)",
-                              NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(db));
-    cr_assert_gt(sqlite3_changes(db), 0, "the failed attempt all-reduced a step the next one ran again");
-    snprintf(cmd, sizeof cmd, "%s stats --db %s --format json", PPRUN_BIN, path);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    static char json[1 << 20];
-    size_t n = fread(json, 1, sizeof json - 1, p);
-    json[n] = 0;
-    cr_assert_eq(pclose(p), 0);
-    cJSON *root = cJSON_Parse(json), *w = cJSON_GetObjectItem(root, "whatif");
+    tfix_stretch_failed_attempt(path, "name = 'ALLREDUCE'");
+    cJSON *root = tfix_stats_json(PPRUN_BIN, path), *w = cJSON_GetObjectItem(root, "whatif");
     cJSON *by_stage = cJSON_GetObjectItem(cJSON_GetObjectItem(w, "data_parallel"), "allreduce_ns_by_stage");
-    cr_assert_eq(cJSON_GetArraySize(by_stage), 2, "%s", json);
+    cr_assert_eq(cJSON_GetArraySize(by_stage), 2);
+    sqlite3 *db = open_db("wi");
     for (int k = 0; k < 2; k++) {
         double got = cJSON_GetArrayItem(by_stage, k)->valuedouble;
         double want = (double)tfix_q_intf(

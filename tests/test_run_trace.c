@@ -228,26 +228,13 @@ static void expect_plan_at_steady_medians(sqlite3 *db, const char *what, int las
  * them), as `pprun stats`' ops table counts: the failed attempt's F of the
  * steps the next one ran again, made 100 times as long here, move nothing. */
 static void whatif_f_is_the_latest_attempts(const char *name) {
-    char path[512], cmd[700];
+    char path[512];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db,
-                              "UPDATE events SET end_ns = start_ns + 100 * (end_ns - start_ns) WHERE attempt = 0 AND"
-                              " phase = 'F' AND step IN (SELECT step FROM events WHERE attempt = 1)",
-                              NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(db));
-    cr_assert_gt(sqlite3_changes(db), 0, "the failed attempt ran a step the next one ran again");
-    snprintf(cmd, sizeof cmd, "%s stats --db %s --job 1 --format json", PPRUN_BIN, path);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    static char json[1 << 20];
-    size_t n = fread(json, 1, sizeof json - 1, p);
-    json[n] = 0;
-    cr_assert_eq(pclose(p), 0);
-    cJSON *root = cJSON_Parse(json), *w = cJSON_GetObjectItem(root, "whatif");
+    tfix_stretch_failed_attempt(path, "phase = 'F'");
+    cJSON *root = tfix_stats_json(PPRUN_BIN, path), *w = cJSON_GetObjectItem(root, "whatif");
     cJSON *f = cJSON_GetObjectItem(cJSON_GetObjectItem(w, "costs_ns"), "f");
-    cr_assert(cJSON_IsNumber(f), "%s", json);
+    sqlite3 *db = open_db(name);
+    cr_assert(cJSON_IsNumber(f));
     int shared = !cJSON_IsNull(cJSON_GetObjectItem(w, "shared_cores"));
     char sql[1024];
     snprintf(sql, sizeof sql,

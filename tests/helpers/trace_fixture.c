@@ -13,6 +13,7 @@
  *         [75,85) comm OPT (8 of 10 covered by SEND_B), [90,100) cooldown -> 35 */
 #include "helpers/trace_fixture.h"
 
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -183,4 +184,31 @@ void tfix_hold_to_one_cpu(cpu_set_t *all) {
     for (int c = 0; c < CPU_SETSIZE && !CPU_COUNT(&one); c++)
         if (CPU_ISSET(c, all)) CPU_SET(c, &one);
     cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+}
+
+void tfix_stretch_failed_attempt(const char *path, const char *rows) {
+    sqlite3 *db;
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "UPDATE events SET end_ns = start_ns + 100 * (end_ns - start_ns) WHERE attempt = 0 AND (%s) AND step IN"
+             " (SELECT step FROM events WHERE attempt = 1)",
+             rows);
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_gt(sqlite3_changes(db), 0, "the failed attempt has no %s in a step the next one ran again", rows);
+    sqlite3_close(db);
+}
+
+struct cJSON *tfix_stats_json(const char *pprun, const char *path) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s stats --db '%s' --format json", pprun, path);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    static char json[1 << 20];
+    size_t n = fread(json, 1, sizeof json - 1, p);
+    json[n] = 0;
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    cJSON *root = cJSON_Parse(json);
+    cr_assert_not_null(root, "%s", json);
+    return root;
 }

@@ -50,6 +50,15 @@ int64_t tfix_q_intf(sqlite3 *s, const char *fmt, ...) __attribute__((format(prin
  * out (size bytes, cut short there); the test fails if it does not prepare. */
 const char *tfix_query_plan(sqlite3 *s, const char *sql, char *out, size_t size);
 
+/* A restarted job's failed attempt (0), in the steps attempt 1 ran again:
+ * its rows of `rows` (an SQL condition, "phase = 'F'") made 100 times as
+ * long, so that an analysis that counts them moves; the test fails if
+ * there are none. */
+void tfix_stretch_failed_attempt(const char *path, const char *rows);
+/* `PPRUN stats --db path --format json`, parsed; the test fails if it
+ * exits other than 0 (the caller deletes the result). */
+struct cJSON *tfix_stats_json(const char *pprun, const char *path);
+
 /* Holds this process (and what it starts: pprun run and its ranks) to one
  * of its CPUs, so that a job's ranks share one core; *all gets the mask
  * to put back (sched_setaffinity(0, sizeof *all, all)). */
