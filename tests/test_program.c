@@ -966,6 +966,18 @@ Test(program_run, a_program_that_recorded_nothing_is_told_why, .timeout = 120) {
                             "pprun.torch; a python3 started with -I, -E or -S skips the site hook pprun traces "
                             "PyTorch through (docs/torch.md)\n");
     lt_free(&p);
+    /* pprun's tracer loaded (as pprun.torch loads it when the program
+     * imports torch.distributed.pipelining) and no op made: the hook is
+     * not the question */
+    const char *loaded[] = {"run", "--db", db, "--nproc-per-node", "2", "--", "python3", "-c",
+                            "import pprun._trace\nassert pprun._trace.tracer()", NULL};
+    lt_run(&p, loaded, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    cr_assert_str_eq(p.err, "pprun run: job 2: no records came from the program, though 2 of its ranks loaded "
+                            "pprun's tracer (in Python: imported torch.distributed.pipelining, which pprun "
+                            "instruments): no schedule's step() ran, and nothing was recorded through "
+                            "libpprun_trace (docs/torch.md)\n");
+    lt_free(&p);
     const char *off[] = {"run", "--db", db, "--trace", "off", "--", "sh", "-c", "echo ran", NULL};
     lt_run(&p, off, NULL);
     cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);

@@ -208,6 +208,10 @@ int trace_ring_attach(int fd, trace_ring **out, pp_err *err) {
     return 0;
 }
 
+int trace_ring_writer(const trace_ring *ring) {
+    return atomic_load_explicit(&ring->hdr->writer, memory_order_acquire);
+}
+
 int trace_ring_claim(trace_ring *ring, int pid) {
     _Atomic int32_t *writer = &ring->hdr->writer;
     int32_t cur = atomic_load_explicit(writer, memory_order_acquire);

@@ -40,6 +40,10 @@ int trace_ring_attach(int fd, trace_ring **out, pp_err *err);
  * library (its at-fork handler cannot know), a second program of the
  * rank; two writers would overwrite each other's slots. */
 int trace_ring_claim(trace_ring *ring, int pid);
+/* Consumer side: the pid that last claimed the ring, 0 when no process
+ * ever did (its rank never loaded the library: pprun's "no records"
+ * message tells the two apart). */
+int trace_ring_writer(const trace_ring *ring);
 /* Hot path: a few stores, no lock, no syscall, no allocation. Returns 1,
  * or 0 when the ring was full and the record was counted as dropped. */
 int trace_ring_write(trace_ring *ring, const trace_event *ev);

@@ -41,7 +41,8 @@ typedef struct run_job {
     int db_created; /* this run created --db (a refused --serve removes it again) */
     int64_t job_id;
     collector *coll;
-    trace_ring **rings; /* [nproc_per_node], owned by the collector once added */
+    trace_ring **rings; /* [nrings], owned by the collector once added */
+    int nrings;         /* this node's ranks (launch_info's nproc_per_node) */
     pp_err ring_fault;  /* the first rank's ring found corrupt ("" none; the collector's thread until it stops) */
     http_server *web;
     run_progress *progress;
@@ -74,6 +75,7 @@ typedef struct job_outcome {
     launch_result res;
     pp_err trace_err; /* "" unless the trace stopped early */
     pp_err ring_err;  /* "" unless a rank's trace ring was corrupt (its trace cut, the others' kept) */
+    int rings_claimed; /* this node's ranks whose program loaded libpprun_trace (trace_ring_writer) */
     int exit_code;    /* what pprun run exits with */
     int late_signal;  /* a stop signal that came once the workers were gone, held until the end was recorded, or 0 */
 } job_outcome;

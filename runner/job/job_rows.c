@@ -430,11 +430,18 @@ static void say_nothing_recorded(const run_job *job, const job_outcome *end) {
     int recorded = sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
     if (recorded) return;
-    fprintf(stderr,
-            "pprun run: job %lld: no records came from the program: it never called libpprun_trace "
-            "(docs/trace-api.md), or, in Python, never imported torch.distributed.pipelining or pprun.torch; a "
-            "python3 started with -I, -E or -S skips the site hook pprun traces PyTorch through (docs/torch.md)\n",
-            (long long)job->job_id);
+    if (end->rings_claimed > 0) /* the hook worked: the program made no op to record */
+        fprintf(stderr,
+                "pprun run: job %lld: no records came from the program, though %d of its ranks loaded pprun's "
+                "tracer (in Python: imported torch.distributed.pipelining, which pprun instruments): no schedule's "
+                "step() ran, and nothing was recorded through libpprun_trace (docs/torch.md)\n",
+                (long long)job->job_id, end->rings_claimed);
+    else
+        fprintf(stderr,
+                "pprun run: job %lld: no records came from the program: it never called libpprun_trace "
+                "(docs/trace-api.md), or, in Python, never imported torch.distributed.pipelining or pprun.torch; a "
+                "python3 started with -I, -E or -S skips the site hook pprun traces PyTorch through (docs/torch.md)\n",
+                (long long)job->job_id);
 }
 
 void job_rows_finish(run_job *job, job_outcome *end) {
