@@ -193,12 +193,15 @@ static void key(char *buf, size_t cap, int attempt, const char *name) {
  * hung rank's why (neither holds a newline), then the stderr tail. The
  * last numbers: whether a rank was stopped from outside
  * (launch_failure.outside, v4), the out-of-memory kills on its node
- * (oom_kills, v4) and whether they are its memory cgroup's (v5). */
+ * (oom_kills, v4), whether they are its memory cgroup's (v5), and the
+ * rank of its node that had exited 0 before it failed, and how long
+ * before (ended_first, v6). */
 static int failure_encode(const launch_failure *f, int stop, char *buf, size_t cap) {
-    return snprintf(buf, cap, "v5 %d %d %d %d %d %d %" PRIu64 " %d %d %d %d %d %" PRId64 " %d\n%s\n%s\n%s",
+    return snprintf(buf, cap,
+                    "v6 %d %d %d %d %d %d %" PRIu64 " %d %d %d %d %d %" PRId64 " %d %d %" PRIu64 "\n%s\n%s\n%s",
                     f->node_rank, f->global_rank, f->local_rank, f->exit_code, f->signal, (int)f->pid, f->wall_ns, stop,
                     f->hung, (int)(unsigned char)f->state, f->witness, f->outside, f->oom_kills, f->oom_in_cgroup,
-                    f->host, f->why, f->stderr_tail);
+                    f->ended_first, f->ended_first_ago_ns, f->host, f->why, f->stderr_tail);
 }
 
 /* The line at *p into out (cap bytes, cut to fit); *p moves past it.
@@ -218,15 +221,16 @@ static int next_line(const char **p, char *out, size_t cap) {
 static int failure_decode(const char *text, const launch_options *o, launch_failure *f, int *stop) {
     memset(f, 0, sizeof *f);
     int pid, state;
-    if (sscanf(text, "v5 %d %d %d %d %d %d %" SCNu64 " %d %d %d %d %d %" SCNd64 " %d", &f->node_rank,
+    if (sscanf(text, "v6 %d %d %d %d %d %d %" SCNu64 " %d %d %d %d %d %" SCNd64 " %d %d %" SCNu64, &f->node_rank,
                &f->global_rank, &f->local_rank, &f->exit_code, &f->signal, &pid, &f->wall_ns, stop, &f->hung, &state,
-               &f->witness, &f->outside, &f->oom_kills, &f->oom_in_cgroup) != 14 ||
+               &f->witness, &f->outside, &f->oom_kills, &f->oom_in_cgroup, &f->ended_first,
+               &f->ended_first_ago_ns) != 16 ||
         f->oom_kills < 0 || (f->oom_in_cgroup != 0 && f->oom_in_cgroup != 1))
         return -1;
     int world = o->nnodes * o->nproc_per_node;
     if (f->node_rank < 0 || f->node_rank >= o->nnodes || f->global_rank < -1 || f->global_rank >= world ||
         f->local_rank < -1 || f->local_rank >= o->nproc_per_node || f->witness < -1 || f->witness >= world ||
-        (f->outside && f->global_rank < 0))
+        f->ended_first < 0 || f->ended_first >= world || (f->outside && f->global_rank < 0))
         return -1;
     f->pid = pid;
     f->state = (char)state;

@@ -230,6 +230,11 @@ typedef struct launch_failure {
      * job's), 0 of the whole node. */
     int64_t oom_kills;
     int oom_in_cgroup;
+    /* A rank of the failed rank's node that had exited 0 before it failed
+     * (the first such), while the failed one still ran, and how long
+     * before: ended_first_ago_ns 0 when none. */
+    int ended_first;
+    uint64_t ended_first_ago_ns;
 } launch_failure;
 
 enum {

@@ -27,8 +27,9 @@
 
 typedef struct slot {
     pid_t pid;
-    int alive;      /* not reaped yet */
-    int status;     /* waitpid status once reaped */
+    int alive;         /* not reaped yet */
+    int status;        /* waitpid status once reaped */
+    uint64_t ended_ns; /* pp_now_ns() when reaped, 0 before */
     launch_env env;
     launch_stream out, err;
     launch_tail tail;
@@ -400,6 +401,20 @@ static void note_failure(attempt *a, int i) {
     int64_t oom = f->signal == SIGKILL && a->oom_kills >= 0 ? launch_oom_kills(&in_cgroup) : -1;
     if (oom > a->oom_kills && in_cgroup == a->oom_in_cgroup) f->oom_kills = oom - a->oom_kills;
     f->oom_in_cgroup = in_cgroup;
+    /* A rank of this node that had ended well before this one failed, its
+     * peers still running: a program that stops one rank's loop early
+     * (uneven data) closes its peers' connections, and their failure
+     * ("Connection closed by peer") is the first a launcher sees. */
+    uint64_t first = 0;
+    for (int k = 0; k < a->n; k++) {
+        const slot *o = &a->slots[k];
+        if (k == i || o->alive || !o->ended_ns || o->ended_ns >= a->slots[i].ended_ns || !WIFEXITED(o->status) ||
+            WEXITSTATUS(o->status) != 0 || (first && o->ended_ns >= first))
+            continue;
+        first = o->ended_ns;
+        f->ended_first = in->node_rank * a->n + k;
+        f->ended_first_ago_ns = a->slots[i].ended_ns - o->ended_ns;
+    }
 }
 
 /* Global rank r, which hung (hooks.blame), as the attempt's failure: the
@@ -434,6 +449,7 @@ static void reap_rank(attempt *a, int i) {
     int st;
     if (!s->alive || waitpid(s->pid, &st, WNOHANG) != s->pid) return;
     s->alive = 0;
+    s->ended_ns = pp_now_ns();
     s->status = st;
     launch_guard_note(a->c->guard, -s->pid);
 }
@@ -497,6 +513,7 @@ static void reap_ranks(attempt *a) {
             slot *s = &a->slots[i];
             if (s->pid != pid || !s->alive) continue;
             s->alive = 0;
+            s->ended_ns = pp_now_ns();
             s->status = st;
             launch_guard_note(a->c->guard, -pid);
             if (!a->tearing && cause_weight(st) > (chosen < 0 ? 0 : cause_weight(a->slots[chosen].status)))
