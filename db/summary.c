@@ -489,20 +489,14 @@ static int replica_sums(sqlite3 *db, job_summary *s, const char *sql, int allred
     return finish(db, st, rc, err);
 }
 
-/* The job's replicas (--dp, config_json): each one's bubble from
- * bubble_by_rank, its wait for the all-reduce and the all-reduce's time.
- * Global rank r is replica r / P (docs/cli.md, "Data parallel"). */
-static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
+int summary_dp(sqlite3 *db, int64_t job, int world, int *dp, int *unlaid, pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare(db, "SELECT coalesce(json_extract(config_json, '$.dp'), 1) FROM jobs WHERE id=?1", s->job_id, &st,
-                err) != 0)
+    *dp = 1, *unlaid = 0;
+    if (prepare(db, "SELECT coalesce(json_extract(config_json, '$.dp'), 1) FROM jobs WHERE id=?1", job, &st, err) != 0)
         return -1;
-    s->nreplicas = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 1;
+    int d = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 1;
     sqlite3_finalize(st);
-    if (s->nreplicas <= 1 || s->world % s->nreplicas != 0) {
-        s->nreplicas = 1;
-        return 0;
-    }
+    if (d <= 1 || world % d != 0) return 0;
     /* A program's plan laid out otherwise (one pipeline of every rank
      * under --dp 2: stage 2 on rank 2, in replica 1 alone) would make up
      * replicas, and stage ranks past the world: every stage must be in
@@ -510,17 +504,22 @@ static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
     if (prepare(db,
                 "SELECT (SELECT count(*) FROM (SELECT DISTINCT stage, rank / ?2 FROM plan WHERE job_id=?1 AND stage"
                 " IS NOT NULL)) != (SELECT count(DISTINCT stage) FROM plan WHERE job_id=?1 AND stage IS NOT NULL) * ?3",
-                s->job_id, &st, err) != 0)
+                job, &st, err) != 0)
         return -1;
-    sqlite3_bind_int(st, 2, s->world / s->nreplicas);
-    sqlite3_bind_int(st, 3, s->nreplicas);
-    int unlaid = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    if (unlaid) {
-        s->dp_unlaid = s->nreplicas;
-        s->nreplicas = 1;
-        return 0;
-    }
+    sqlite3_bind_int(st, 2, world / d);
+    sqlite3_bind_int(st, 3, d);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_int(st, 0)) *unlaid = d;
+    else if (rc == SQLITE_ROW) *dp = d;
+    return finish(db, st, rc == SQLITE_ROW ? SQLITE_DONE : rc, err);
+}
+
+/* The job's replicas (--dp, as summary_dp takes it): each one's bubble from
+ * bubble_by_rank, its wait for the all-reduce and the all-reduce's time.
+ * Global rank r is replica r / P (docs/cli.md, "Data parallel"). */
+static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
+    if (summary_dp(db, s->job_id, s->world, &s->nreplicas, &s->dp_unlaid, err) != 0) return -1;
+    if (s->nreplicas <= 1) return 0;
     if (!(s->replicas = calloc((size_t)s->nreplicas, sizeof *s->replicas))) return pp_fail(err, "out of memory");
     int per = s->world / s->nreplicas;
     for (int d = 0; d < s->nreplicas; d++) {

@@ -22,12 +22,13 @@ export const R = {
 
 export const GROUPED_ABOVE = 64; // ranks: a bigger job opens grouped
 
-// The job's pipelines (--dp; 1 for one) and ranks a pipeline. A config
-// whose dp does not divide the world (a database from elsewhere) is one
-// pipeline, as the server's summary takes it (db/summary.c).
+// The job's pipelines (--dp; 1 for one) and ranks a pipeline, as the
+// server takes them (/api/jobs/{id}'s replicas, db/summary.c summary_dp):
+// a dp that does not divide the world, or that the program's plan does not
+// follow, is one pipeline.
 export function replicas() {
-  const c = (S.info && S.info.config) || {}, n = world();
-  const dp = Number.isInteger(c.dp) && c.dp > 1 && c.dp <= n && n % c.dp === 0 ? c.dp : 1;
+  const d = S.info && S.info.replicas, n = world();
+  const dp = Number.isInteger(d) && d > 1 && d <= n && n % d === 0 ? d : 1;
   return { dp, pp: Math.max(1, n / dp) };
 }
 

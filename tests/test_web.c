@@ -116,6 +116,35 @@ Test(web, jobs_lists_the_job_with_its_status_and_progress) {
     cJSON_Delete(j);
 }
 
+/* The pipelines the dashboard splits the ranks into: config's dp where the
+ * plan puts every stage in each pipeline of world / dp consecutive ranks,
+ * as /summary takes them; else one, saying which dp was not followed. */
+Test(web, a_jobs_replicas_are_the_dp_its_plan_follows) {
+    cJSON *j = get_json("/api/jobs/1", 200);
+    cr_assert_eq(num(j, "replicas"), 1, "no --dp");
+    cr_assert_null(cJSON_GetObjectItem(j, "dp_not_laid_out"));
+    cJSON_Delete(j);
+    /* the fixture's plan: stage r on rank r, one pipeline of 4 */
+    exec_sql("UPDATE jobs SET config_json = json_set(config_json, '$.dp', 2) WHERE id = 1");
+    j = get_json("/api/jobs/1", 200);
+    cr_assert_eq(num(j, "replicas"), 1, "replica 0 (ranks 0-1) lacks stages 2 and 3");
+    cr_assert_eq(num(j, "dp_not_laid_out"), 2);
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/summary", 200);
+    cr_assert_eq(num(j, "dp_not_laid_out"), 2);
+    cr_assert_null(cJSON_GetObjectItem(j, "replicas"));
+    cJSON_Delete(j);
+    /* two pipelines of 2 ranks, each with stages 0 and 1 */
+    exec_sql("UPDATE plan SET stage = rank % 2 WHERE job_id = 1");
+    j = get_json("/api/jobs/1", 200);
+    cr_assert_eq(num(j, "replicas"), 2);
+    cr_assert_null(cJSON_GetObjectItem(j, "dp_not_laid_out"));
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/summary", 200);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "replicas")), 2);
+    cJSON_Delete(j);
+}
+
 Test(web, job_has_config_ranks_and_extent) {
     cJSON *j = get_json("/api/jobs/1", 200);
     cJSON *cfg = cJSON_GetObjectItem(j, "config");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "db/alive.h"
+#include "db/summary.h"
 #include "report/sql.h"
 #include "web/live.h"
 #include "web/routes.h"
@@ -83,6 +84,17 @@ void route_job(route_req *q, reply *r) {
     cJSON_Delete(parsed);
     free(copy);
     sqlite3_finalize(st);
+    /* the pipelines the views split the ranks into: config's dp where the
+     * program's plan follows it (summary_dp), as /summary takes them */
+    int dp, unlaid;
+    pp_err err;
+    if (summary_dp(db, j->id, j->world, &dp, &unlaid, &err) != 0) {
+        jw_free(&w);
+        reply_error(r, 500, "%s", err.msg);
+        return;
+    }
+    jw_kint(&w, "replicas", dp);
+    if (unlaid) jw_kint(&w, "dp_not_laid_out", unlaid);
 
     jw_key(&w, "ranks");
     jw_arr(&w);
