@@ -14,7 +14,7 @@
 void run_config_default(run_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->schedule = RUN_SCHEDULE_1F1B;
-    cfg->microbatches = 8;
+    cfg->microbatches = RUN_DEFAULT_MICROBATCHES;
     cfg->steps = 20;
     snprintf(cfg->model_text, sizeof cfg->model_text, "gpt");
     cfg->device = RUN_DEVICE_CPU;

@@ -14,6 +14,7 @@
 
 #define RUN_MAX_CUTS 256
 #define RUN_MAX_ACT 2048 /* --act-bytes: zb-v's stages on 1024 ranks */
+#define RUN_DEFAULT_MICROBATCHES 8 /* --microbatches, pprun run's and pprun schedule's */
 
 /* The options that take one of a few names are enums, parsed once here;
  * run_config.c maps each enum's names and values in one table, which parses

@@ -590,10 +590,10 @@ int db_op_medians(db *d, int64_t job, int first_step, int last_step, int stages,
     /* Grouped by (stage, kind): kind 0 F, 1 B, 2 W, 3 BW, 4 RECOMPUTE. */
     if (sqlite3_prepare_v2(db_sqlite(d),
                            "SELECT stage, CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 3"
-                           " ELSE 4 END AS kind, end_ns - start_ns AS dur FROM events"
+                           " ELSE 4 END AS kind, end_ns - start_ns AS dur FROM events" DB_LATEST_ATTEMPT_IN_WINDOW
                            " WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND (phase IN ('F','B','W','BW') OR"
                            " (phase='SPAN' AND name='RECOMPUTE')) AND stage IS NOT NULL AND source='cpu'"
-                           " AND " DB_LATEST_ATTEMPT " ORDER BY stage, kind",
+                           " ORDER BY stage, kind",
                            -1, &st, NULL) != SQLITE_OK) {
         free(recompute);
         return db_fail(d, sqlite3_errcode(db_sqlite(d)), "measuring op durations", err);

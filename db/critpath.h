@@ -17,7 +17,8 @@
 #include <stdint.h>
 
 #include "db/analyze.h"
-#include "db/summary.h" /* SQL_COMPLETE_STEPS, durations */
+#include "db/durations.h"
+#include "db/summary.h" /* SQL_COMPLETE_STEPS */
 #include "base/pp.h"
 
 #define CRITPATH_STEPS 20 /* the report reads at most the latest this many complete steps, as whatif.h */

@@ -89,6 +89,13 @@
  * attempt (schema.md: only that is analysed; a restarted job's failed
  * attempt left ops of the steps it redid). One seek in events_by_step. */
 #define DB_LATEST_ATTEMPT "attempt=(SELECT max(attempt) FROM events a WHERE a.job_id=?1 AND a.step=events.step)"
+/* The same for a query over job ?1's steps ?2..?3, joined after `FROM
+ * events`: a step's latest attempt found once for the step, not once a row
+ * (over a what-if's window of a 1,024-rank job, a million rows, 1.0 s of
+ * CPU against 1.3 s; without the filter 0.6 s). */
+#define DB_LATEST_ATTEMPT_IN_WINDOW                                                                                    \
+    " JOIN (SELECT step AS latest_step, max(attempt) AS latest_attempt FROM events WHERE job_id=?1 AND step BETWEEN"   \
+    " ?2 AND ?3 GROUP BY step) ON events.step = latest_step AND events.attempt = latest_attempt"
 
 typedef struct db db;
 

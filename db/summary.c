@@ -11,6 +11,7 @@
 
 #include "db/alive.h"
 #include "db/bounds.h"
+#include "db/durations.h"
 
 static int prepare(sqlite3 *db, const char *sql, int64_t job, sqlite3_stmt **st, pp_err *err) {
     if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK)
@@ -500,14 +501,18 @@ int summary_dp(sqlite3 *db, int64_t job, int world, int *dp, int *unlaid, pp_err
     /* A program's plan laid out otherwise (one pipeline of every rank
      * under --dp 2: stage 2 on rank 2, in replica 1 alone) would make up
      * replicas, and stage ranks past the world: every stage must be in
-     * every replica, else it is one pipeline (docs/torch.md) */
+     * every replica, else it is one pipeline (docs/torch.md). Only a
+     * whole plan says so: a program's arrives a rank at a time, and a
+     * rank that never declared leaves its replica short (progplan.h). */
     if (prepare(db,
-                "SELECT (SELECT count(*) FROM (SELECT DISTINCT stage, rank / ?2 FROM plan WHERE job_id=?1 AND stage"
-                " IS NOT NULL)) != (SELECT count(DISTINCT stage) FROM plan WHERE job_id=?1 AND stage IS NOT NULL) * ?3",
+                "SELECT (SELECT count(DISTINCT rank) FROM plan WHERE job_id=?1) = ?4 AND (SELECT count(*) FROM"
+                " (SELECT DISTINCT stage, rank / ?2 FROM plan WHERE job_id=?1)) != (SELECT count(DISTINCT stage) FROM"
+                " plan WHERE job_id=?1) * ?3",
                 job, &st, err) != 0)
         return -1;
     sqlite3_bind_int(st, 2, world / d);
     sqlite3_bind_int(st, 3, d);
+    sqlite3_bind_int(st, 4, world);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW && sqlite3_column_int(st, 0)) *unlaid = d;
     else if (rc == SQLITE_ROW) *dp = d;

@@ -10,7 +10,6 @@
 #include <stdint.h>
 
 #include "db/analyze.h"
-#include "db/durations.h"
 #include "base/pp.h"
 #include "tracer/event.h"
 

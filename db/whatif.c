@@ -8,6 +8,7 @@
 #include "config/model_spec.h"
 #include "db/bounds.h"
 #include "db/critpath.h"
+#include "db/durations.h"
 
 #include <errno.h>
 #include <math.h>
@@ -566,13 +567,14 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
     balance_profile *bp = &r->profile;
     int S = bp->stages, rc = SQLITE_DONE;
     sqlite3_stmt *st;
-    if (whatif_prepare_window(db,
-                              "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 3 "
-                              "ELSE 4 END, end_ns - start_ns - ?5 * min(max(coalesce(wait_cpu_ns, 0), 0),"
-                              " end_ns - start_ns), stage, rank, end_ns - start_ns FROM events WHERE "
-                              "job_id=?1 AND step BETWEEN ?2 AND ?3 AND source=?4 AND (phase IN ('F','B','W','BW') "
-                              "OR (phase='SPAN' AND name='RECOMPUTE')) AND " DB_LATEST_ATTEMPT,
-                              s, r, &st, err) != 0)
+    if (whatif_prepare_window(
+            db,
+            "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 3 "
+            "ELSE 4 END, end_ns - start_ns - ?5 * min(max(coalesce(wait_cpu_ns, 0), 0),"
+            " end_ns - start_ns), stage, rank, end_ns - start_ns FROM events" DB_LATEST_ATTEMPT_IN_WINDOW
+            " WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND source=?4 AND (phase IN "
+            "('F','B','W','BW') OR (phase='SPAN' AND name='RECOMPUTE'))",
+            s, r, &st, err) != 0)
         return -1;
     sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
     int net = r->shared_ranks > 0 && !r->gpu; /* each op less its wait for a core */
@@ -835,10 +837,10 @@ static int whatif_read_allreduce(sqlite3 *db, const job_summary *s, whatif_repor
     /* summed here, a (stage, rank, step) at a time, not by sum() in SQL:
      * see bounds_sum */
     if (whatif_prepare_window(db,
-                              "SELECT stage, rank, step, start_ns, end_ns FROM events WHERE job_id=?1 AND step "
-                              "BETWEEN ?2 AND ?3 AND source='cpu' AND phase='SPAN' AND name IN "
-                              "('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER') AND stage IS NOT NULL AND " DB_LATEST_ATTEMPT
-                              " ORDER BY stage, rank, step",
+                              "SELECT stage, rank, step, start_ns, end_ns FROM events" DB_LATEST_ATTEMPT_IN_WINDOW
+                              " WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND source='cpu' AND phase='SPAN' AND "
+                              "name IN ('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER') AND stage IS NOT NULL "
+                              "ORDER BY stage, rank, step",
                               s, r, &st, err) != 0)
         return -1;
     static const bounds_event_cols cols = {

@@ -75,7 +75,8 @@ static const char *label_replica(char *buf, size_t n, int k, const void *ctx) {
 }
 
 /* "  least 18.1% (rank 637), median 37.0%, most 37.0% (rank 1016) of 1024
- * ranks" over the n items of v that have a figure (v >= 0). */
+ * ranks" over the n items of v that have a figure (v >= 0); the median of
+ * an even count the middle two's mean, as every median pprun reports. */
 static void spread(FILE *out, int n_items, const double *v, rank_fmt *fmt, item_label *label, const void *ctx,
                    const char *plural) {
     char a[24], b[24], c[24], la[64], lc[64];
@@ -92,8 +93,9 @@ static void spread(FILE *out, int n_items, const double *v, rank_fmt *fmt, item_
         fprintf(out, ": none of %d %s", n_items, plural);
     else
         fprintf(out, "  least %s (%s), median %s, most %s (%s) of %d %s", fmt(a, sizeof a, v[item[0]]),
-                label(la, sizeof la, item[0], ctx), fmt(b, sizeof b, v[item[n / 2]]), fmt(c, sizeof c, v[item[n - 1]]),
-                label(lc, sizeof lc, item[n - 1], ctx), n, plural);
+                label(la, sizeof la, item[0], ctx),
+                fmt(b, sizeof b, n % 2 ? v[item[n / 2]] : (v[item[n / 2 - 1]] + v[item[n / 2]]) / 2),
+                fmt(c, sizeof c, v[item[n - 1]]), label(lc, sizeof lc, item[n - 1], ctx), n, plural);
     if (n > 0 && n < n_items) fprintf(out, " (%d without)", n_items - n);
     free(item);
 }

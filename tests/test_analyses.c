@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "db/analyze.h"
+#include "db/durations.h"
 #include "db/summary.h"
 #include "db/whatif.h"
 #include "helpers/trace_fixture.h"

@@ -802,8 +802,8 @@ Test(launch_multinode, a_forged_failure_report_blames_no_rank) {
     /* a rank the job does not have; rank 1, with an out-of-memory scope
      * that is neither the node's (0) nor the cgroup's (1); rank 1, after
      * a rank 7 that "exited 0" before it */
-    static const char *const forged[] = {"v6 1 5 99 3 0 1234 0 0 0 0 0 0 0 0 0 0\nforged-host\nwhy\ntail",
-                                         "v6 1 1 0 -1 9 1234 0 0 0 0 0 0 1 2 0 0\nforged-host\nwhy\ntail",
+    static const char *const forged[] = {"v6 1 5 99 3 0 1234 0 0 0 0 0 0 0 0 -1 0\nforged-host\nwhy\ntail",
+                                         "v6 1 1 0 -1 9 1234 0 0 0 0 0 0 1 2 -1 0\nforged-host\nwhy\ntail",
                                          "v6 1 1 0 3 0 1234 0 0 0 0 0 0 0 0 7 5\nforged-host\nwhy\ntail"};
     for (size_t f = 0; f < sizeof forged / sizeof *forged; f++) {
         char port[16], dir[64];

@@ -973,8 +973,8 @@ Test(program_run, a_program_that_recorded_nothing_is_told_why, .timeout = 120) {
                             "import pprun._trace\nassert pprun._trace.tracer()", NULL};
     lt_run(&p, loaded, NULL);
     cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
-    cr_assert_str_eq(p.err, "pprun run: job 2: no records came from the program, though 2 of its ranks loaded "
-                            "pprun's tracer (in Python: imported torch.distributed.pipelining, which pprun "
+    cr_assert_str_eq(p.err, "pprun run: job 2: no records came from the program, though 2 of the ranks on this node "
+                            "loaded pprun's tracer (in Python: imported torch.distributed.pipelining, which pprun "
                             "instruments): no schedule's step() ran, and nothing was recorded through "
                             "libpprun_trace (docs/torch.md)\n");
     lt_free(&p);

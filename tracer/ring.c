@@ -59,7 +59,8 @@ typedef struct ring_header {
     uint32_t pad0;
     uint64_t capacity;      /* records, a power of two */
     uint64_t id;            /* random, set at creation: names the ring in the store (trace_ring_id) */
-    _Atomic int32_t writer; /* the producer's pid (trace_ring_claim), 0 before one; the consumer reads none of it */
+    _Atomic int32_t writer; /* the producer's pid (trace_ring_claim), 0 before one; the consumer reads it
+                             * only to tell whether one came (trace_ring_writer) */
     char pad1[64 - 44];
     _Alignas(64) _Atomic uint64_t head;    /* written by the producer */
     _Atomic uint64_t dropped;              /* written by the producer */

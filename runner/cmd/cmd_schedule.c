@@ -175,12 +175,7 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
             return pp_fail(err, "--schedule is required; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
                                 "dualpipev, csv:FILE");
         if (resolve_shape(o, err) != 0) return -1;
-        if (!o->m) {
-            /* pprun run's default, so that a plan printed here is the one a run would take */
-            run_config dflt;
-            run_config_default(&dflt);
-            o->m = dflt.microbatches;
-        }
+        if (!o->m) o->m = RUN_DEFAULT_MICROBATCHES; /* pprun run's: the plan a run would take */
     }
     /* the CSV written over the one read would replace the user's own file */
     if (o->csv_out && o->csv_in &&

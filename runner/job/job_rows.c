@@ -432,9 +432,9 @@ static void say_nothing_recorded(const run_job *job, const job_outcome *end) {
     if (recorded) return;
     if (end->rings_claimed > 0) /* the hook worked: the program made no op to record */
         fprintf(stderr,
-                "pprun run: job %lld: no records came from the program, though %d of its ranks loaded pprun's "
-                "tracer (in Python: imported torch.distributed.pipelining, which pprun instruments): no schedule's "
-                "step() ran, and nothing was recorded through libpprun_trace (docs/torch.md)\n",
+                "pprun run: job %lld: no records came from the program, though %d of the ranks on this node "
+                "loaded pprun's tracer (in Python: imported torch.distributed.pipelining, which pprun instruments): "
+                "no schedule's step() ran, and nothing was recorded through libpprun_trace (docs/torch.md)\n",
                 (long long)job->job_id, end->rings_claimed);
     else
         fprintf(stderr,

@@ -230,7 +230,8 @@ static int failure_decode(const char *text, const launch_options *o, launch_fail
     int world = o->nnodes * o->nproc_per_node;
     if (f->node_rank < 0 || f->node_rank >= o->nnodes || f->global_rank < -1 || f->global_rank >= world ||
         f->local_rank < -1 || f->local_rank >= o->nproc_per_node || f->witness < -1 || f->witness >= world ||
-        f->ended_first < 0 || f->ended_first >= world || (f->outside && f->global_rank < 0))
+        f->ended_first < -1 || f->ended_first >= world || (f->ended_first < 0) != (f->ended_first_ago_ns == 0) ||
+        (f->outside && f->global_rank < 0))
         return -1;
     f->pid = pid;
     f->state = (char)state;
@@ -304,7 +305,7 @@ static int tell_told(job *j, int attempt, pp_err *serr) {
 static void launcher_failure(job *j, const char *why, launch_failure *f) {
     memset(f, 0, sizeof *f);
     f->node_rank = j->c.o->node_rank;
-    f->global_rank = f->local_rank = -1;
+    f->global_rank = f->local_rank = f->ended_first = -1;
     f->signal = why ? 0 : j->c.stop_signal;
     f->wall_ns = pp_wall_ns();
     snprintf(f->host, sizeof f->host, "%s", j->host);
@@ -1112,6 +1113,7 @@ static int run_attempt(job *j, int attempt, launch_result *res, int *again, pp_e
     if (attempt > 0) {
         /* A restart: the failure before it no longer stands. */
         memset(&res->failure, 0, sizeof res->failure);
+        res->failure.ended_first = -1;
         res->failure_remote = 0;
         res->silent = 0;
         res->status = LAUNCH_ERROR;

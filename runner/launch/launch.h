@@ -199,6 +199,12 @@ typedef struct launch_info {
 
 #define LAUNCH_HOST_MAX 255
 
+/* How much sooner than the failed rank another must have ended to be named
+ * as ending first: two ranks reaped in one round are microseconds apart in
+ * whichever order the kernel gives, and a rank that exits 0 because its
+ * peer failed ends about when the peer does. */
+#define LAUNCH_ENDED_FIRST_NS 50000000ull
+
 typedef struct launch_failure {
     int node_rank, global_rank, local_rank;
     char host[256];
@@ -230,9 +236,9 @@ typedef struct launch_failure {
      * job's), 0 of the whole node. */
     int64_t oom_kills;
     int oom_in_cgroup;
-    /* A rank of the failed rank's node that had exited 0 before it failed
-     * (the first such), while the failed one still ran, and how long
-     * before: ended_first_ago_ns 0 when none. */
+    /* A rank of the failed rank's node that had exited 0 at least
+     * LAUNCH_ENDED_FIRST_NS before the failed one exited with an error
+     * (the first such), and how long before: -1 and 0 when none. */
     int ended_first;
     uint64_t ended_first_ago_ns;
 } launch_failure;

@@ -401,19 +401,20 @@ static void note_failure(attempt *a, int i) {
     int64_t oom = f->signal == SIGKILL && a->oom_kills >= 0 ? launch_oom_kills(&in_cgroup) : -1;
     if (oom > a->oom_kills && in_cgroup == a->oom_in_cgroup) f->oom_kills = oom - a->oom_kills;
     f->oom_in_cgroup = in_cgroup;
-    /* A rank of this node that had ended well before this one failed, its
-     * peers still running: a program that stops one rank's loop early
-     * (uneven data) closes its peers' connections, and their failure
-     * ("Connection closed by peer") is the first a launcher sees. */
-    uint64_t first = 0;
-    for (int k = 0; k < a->n; k++) {
+    /* A rank of this node that had ended well before this one exited with
+     * an error, its peers still running: a program that stops one rank's
+     * loop early (uneven data) closes its peers' connections, and their
+     * failure ("Connection closed by peer") is the first a launcher sees. */
+    f->ended_first = -1;
+    uint64_t first = 0, failed_at = a->slots[i].ended_ns;
+    for (int k = 0; k < a->n && WIFEXITED(st); k++) {
         const slot *o = &a->slots[k];
-        if (k == i || o->alive || !o->ended_ns || o->ended_ns >= a->slots[i].ended_ns || !WIFEXITED(o->status) ||
-            WEXITSTATUS(o->status) != 0 || (first && o->ended_ns >= first))
+        if (k == i || o->alive || !o->ended_ns || o->ended_ns + LAUNCH_ENDED_FIRST_NS > failed_at ||
+            !WIFEXITED(o->status) || WEXITSTATUS(o->status) != 0 || (first && o->ended_ns >= first))
             continue;
         first = o->ended_ns;
         f->ended_first = in->node_rank * a->n + k;
-        f->ended_first_ago_ns = a->slots[i].ended_ns - o->ended_ns;
+        f->ended_first_ago_ns = failed_at - o->ended_ns;
     }
 }
 
@@ -430,6 +431,7 @@ static void note_hung(attempt *a, int r, const char *why) {
     f->local_rank = lr;
     f->global_rank = r;
     f->exit_code = -1;
+    f->ended_first = -1;
     f->hung = 1;
     f->witness = witness;
     f->wall_ns = pp_wall_ns();

@@ -48,7 +48,7 @@ static void print_rank(FILE *out, const launch_failure *f, const char *when) {
                 launch_signal_name(f->signal, sbuf), f->signal, (int)f->pid);
     } else {
         fprintf(out, "  exitcode  : %d (pid: %d)\n", f->exit_code, (int)f->pid);
-        if (f->ended_first_ago_ns > 0)
+        if (f->ended_first >= 0)
             fprintf(out,
                     "  before it : rank %d exited 0, %.3f s earlier, while this rank still ran: a rank that ends "
                     "early closes its peers' connections (a loop that stopped sooner on it?)\n",
