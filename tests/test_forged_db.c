@@ -32,8 +32,9 @@
 /* 2^62, the largest time (db/bounds.h): two of them sum past it */
 #define T62 "4611686018427387904"
 /* the job run as 2 replicas of a 1-stage pipeline (what --dp 2 writes in
- * config_json): stats reads its wait for the all-reduce and the all-reduce */
-#define AS_DP2 "UPDATE jobs SET config_json=json_set(config_json,'$.dp',2,'$.pp',1);"
+ * config_json, and each rank's plan of stage 0): stats reads its wait for
+ * the all-reduce and the all-reduce */
+#define AS_DP2 "UPDATE jobs SET config_json=json_set(config_json,'$.dp',2,'$.pp',1); UPDATE plan SET stage=0;"
 /* three ops of rank 0's step 1 made spans named N from t0 to 2^62: each
  * time within its bound, their sum past it */
 #define THREE_SPANS(n)                                                                                                 \
@@ -627,6 +628,7 @@ Test(forged_db, a_forged_job_is_named_by_a_compare_and_left_out_of_metrics) {
         const char *sql, *path, *text;
     } rows[] = {
         {"UPDATE jobs SET config_json=json_set(config_json,'$.dp',2,'$.pp',1) WHERE id=1;"
+         "UPDATE plan SET stage=0 WHERE job_id=1;"
          "UPDATE step_idle SET cause='wait_dp', idle_ns=" T62
          " WHERE job_id=1 AND rank=0 AND step IN (1,2) AND cause='wait_gradient'",
          "/api/jobs/2/compare?vs=1", SUMMED_PAST("step_idle.idle_ns")},
