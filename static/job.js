@@ -115,6 +115,7 @@ function updateHeader() {
   $('job-meta').textContent = `${j.schedule}, ${j.world_size} ranks, ${j.microbatches} microbatches, ` +
     `${done}/${j.steps} steps, ${j.device}` + (j.events_dropped === null ? ', events dropped unknown (the file holds a count past its bound)'
       : j.events_dropped ? `, ${j.events_dropped} events dropped` : '') + (j.cupti_dropped ? `, ${j.cupti_dropped} CUPTI records dropped` : '') +
+    (S.info.dp_not_laid_out ? `, --dp ${S.info.dp_not_laid_out} is not the program's layout: one pipeline` : '') +
     (j.failure ? ` — ${j.failure}` : '');
 }
 

@@ -568,6 +568,28 @@ static const char *fmt_ms(double ns, char *out, size_t n) {
     return out;
 }
 
+/* A --dp the program's plan does not follow (the fixture's one pipeline of
+ * 4 ranks, config dp 2): one pipeline, no replica filter, and the header
+ * says why, as pprun stats does. */
+Test(browser, a_dp_the_plan_does_not_follow_is_one_pipeline_said_so, .timeout = 180) {
+    require_playwright();
+    char db[256];
+    fixture_fresh(db, sizeof db, "browser-unlaid", 3, "succeeded");
+    pp_err err;
+    cr_assert_eq(fixture_exec(db, "UPDATE jobs SET config_json = json_set(config_json, '$.dp', 2) WHERE id = 1", &err),
+                 0, "%s", err.msg);
+    cJSON *j = browse(db, "balance", NULL);
+    char *text = cJSON_PrintUnformatted(j);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no page errors: %s", text);
+    const cJSON *dp = cJSON_GetObjectItem(j, "dp");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(dp, "filterHidden")), "no replica filter: %s", text);
+    cr_assert(strstr(cJSON_GetObjectItem(j, "meta")->valuestring, ", --dp 2 is not the program's layout: one pipeline"),
+              "%s", text);
+    free(text);
+    cJSON_Delete(j);
+    fixture_remove(db);
+}
+
 /* A real job of two pipelines (--pp 2 --dp 2): the what-if panel's data
  * parallel table holds the rows `pprun stats --format json` has, this job's
  * first, and says what each stage's all-reduce cost. */

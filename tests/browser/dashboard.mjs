@@ -52,6 +52,7 @@ try {
   await page.goto(mode === 'gpu' ? url + '?job=2' : mode === 'outliers' || mode === 'torch' || mode === 'maxmem' ? url + '?job=1' : url);
   await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: mode === 'long' ? 60000 : 20000 });
   out.sqlExample = await page.inputValue('#sql-text'); // the SQL tab's example query, about the job open
+  out.meta = await page.textContent('#job-meta');
 
   // The what-if table: each schedule at the job's measured costs.
   const whatifTable = async (measured) => {
