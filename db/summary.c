@@ -490,33 +490,59 @@ static int replica_sums(sqlite3 *db, job_summary *s, const char *sql, int allred
     return finish(db, st, rc, err);
 }
 
+/* One stage more into h, FNV-1a over a rank's stages in order: a stage
+ * set's fingerprint for summary_dp. */
+static uint64_t stage_set_hash(uint64_t h, int64_t stage) {
+    for (int b = 0; b < 8; b++)
+        h = (h ^ (uint64_t)((stage >> (8 * b)) & 0xff)) * 1099511628211ull;
+    return h;
+}
+
 int summary_dp(sqlite3 *db, int64_t job, int world, int *dp, int *unlaid, pp_err *err) {
     sqlite3_stmt *st;
     *dp = 1, *unlaid = 0;
-    if (prepare(db, "SELECT coalesce(json_extract(config_json, '$.dp'), 1) FROM jobs WHERE id=?1", job, &st, err) != 0)
-        return -1;
-    int d = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 1;
+    if (prepare(db, "SELECT json_extract(config_json, '$.dp') FROM jobs WHERE id=?1", job, &st, err) != 0) return -1;
+    /* a whole number, of pipelines the world splits into: else (an edited
+     * file: "2", 2.5, 2^32 + 2) one pipeline */
+    int64_t d = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER
+                    ? sqlite3_column_int64(st, 0)
+                    : 1;
     sqlite3_finalize(st);
-    if (d <= 1 || world % d != 0) return 0;
-    /* A program's plan laid out otherwise (one pipeline of every rank
-     * under --dp 2: stage 2 on rank 2, in replica 1 alone) would make up
-     * replicas, and stage ranks past the world: every stage must be in
-     * every replica, else it is one pipeline (docs/torch.md). Only a
-     * whole plan says so: a program's arrives a rank at a time, and a
-     * rank that never declared leaves its replica short (progplan.h). */
-    if (prepare(db,
-                "SELECT (SELECT count(DISTINCT rank) FROM plan WHERE job_id=?1) = ?4 AND (SELECT count(*) FROM"
-                " (SELECT DISTINCT stage, rank / ?2 FROM plan WHERE job_id=?1)) != (SELECT count(DISTINCT stage) FROM"
-                " plan WHERE job_id=?1) * ?3",
-                job, &st, err) != 0)
+    if (d <= 1 || d > world || world % d != 0) return 0;
+    /* pprun lays replica r out on ranks r*P .. r*P + P-1 (P = world / d):
+     * rank k holds what every rank of its place k % P holds. A program's
+     * plan laid out otherwise (one pipeline of every rank under --dp 2:
+     * stage 2 on rank 2, where rank 0 holds stage 0) would make up
+     * replicas, and stage ranks past the world, so it is one pipeline
+     * (docs/torch.md). Ranks that declared no plan (yet: one arrives a
+     * rank at a time; or ever) tell nothing. */
+    int per = world / (int)d, rc, last = -1, mismatch = 0;
+    uint64_t *seen = calloc((size_t)per, sizeof *seen), h = 0;
+    if (!seen) return pp_fail(err, "out of memory");
+    if (prepare(db, "SELECT DISTINCT rank, stage FROM plan WHERE job_id=?1 AND rank >= 0 AND rank < ?2 ORDER BY 1, 2",
+                job, &st, err) != 0) {
+        free(seen);
         return -1;
-    sqlite3_bind_int(st, 2, world / d);
-    sqlite3_bind_int(st, 3, d);
-    sqlite3_bind_int(st, 4, world);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && sqlite3_column_int(st, 0)) *unlaid = d;
-    else if (rc == SQLITE_ROW) *dp = d;
-    return finish(db, st, rc == SQLITE_ROW ? SQLITE_DONE : rc, err);
+    }
+    sqlite3_bind_int(st, 2, world);
+    for (;;) {
+        rc = sqlite3_step(st);
+        int rank = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+        if (rank != last && last >= 0) { /* last's stages are all in h */
+            uint64_t *place = &seen[last % per];
+            if (!h) h = 1;
+            if (!*place)
+                *place = h;
+            else
+                mismatch |= *place != h;
+        }
+        if (rc != SQLITE_ROW) break;
+        if (rank != last) h = 14695981039346656037ull, last = rank;
+        h = stage_set_hash(h, sqlite3_column_int64(st, 1));
+    }
+    free(seen);
+    if (rc == SQLITE_DONE) *(mismatch ? unlaid : dp) = (int)d;
+    return finish(db, st, rc, err);
 }
 
 /* The job's replicas (--dp, as summary_dp takes it): each one's bubble from

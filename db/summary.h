@@ -110,10 +110,10 @@ typedef struct job_summary {
  * Free s with summary_free, after either result. */
 int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err);
 /* The job's pipelines, its --dp (config_json's dp) when the world splits
- * into them and the program's plan puts every stage in each (else 1, and
- * *unlaid the --dp it did not follow, 0 otherwise): what summary_read's
- * nreplicas and the dashboard's replica views take. -1 with err on a
- * database error. */
+ * into them and every rank of the plan holds what the other ranks of its
+ * place in a pipeline hold (else 1, and *unlaid the --dp it did not
+ * follow, 0 otherwise): what summary_read's nreplicas and the dashboard's
+ * replica views take. -1 with err on a database error. */
 int summary_dp(sqlite3 *db, int64_t job, int world, int *dp, int *unlaid, pp_err *err);
 void summary_free(job_summary *s);
 /* Adds job's idle time per cause (ns, all ranks) of steps first_step to

@@ -86,7 +86,7 @@ static void spread(FILE *out, int n_items, const double *v, rank_fmt *fmt, item_
         return;
     }
     for (int k = 0; k < n_items; k++)
-        if (v[k] >= 0) item[n++] = k;
+        if (isfinite(v[k]) && v[k] >= 0) item[n++] = k;
     by_value = v;
     qsort(item, (size_t)n, sizeof *item, cmp_rank);
     if (n == 0)
@@ -221,20 +221,24 @@ static void replicas_spread(FILE *out, const job_summary *s, int own_allreduce) 
         fprintf(out, "  by replica: (out of memory)");
         return;
     }
+    /* a replica without a bubble figure (no step statistics, or a forged
+     * one) has none on any line: its all-reduce and wait are no 0 ns */
+#define REPLICA_FIGURE(d, x) (isfinite(s->replicas[d].bubble_ratio) ? (x) : -1)
     for (int d = 0; d < s->nreplicas; d++)
-        v[d] = isfinite(s->replicas[d].bubble_ratio) ? s->replicas[d].bubble_ratio : -1;
+        v[d] = REPLICA_FIGURE(d, s->replicas[d].bubble_ratio);
     fprintf(out, "  by replica");
     spread(out, s->nreplicas, v, fmt_ratio, label_replica, s->replicas, "replicas");
     if (own_allreduce) {
         for (int d = 0; d < s->nreplicas; d++)
-            v[d] = (double)s->replicas[d].allreduce_ns / replica_per(s, &s->replicas[d]);
+            v[d] = REPLICA_FIGURE(d, (double)s->replicas[d].allreduce_ns / replica_per(s, &s->replicas[d]));
         fprintf(out, "\n  all-reduce a rank a step, by replica");
         spread(out, s->nreplicas, v, fmt_ns, label_replica, s->replicas, "replicas");
         for (int d = 0; d < s->nreplicas; d++)
-            v[d] = (double)s->replicas[d].wait_dp_ns / replica_per(s, &s->replicas[d]);
+            v[d] = REPLICA_FIGURE(d, (double)s->replicas[d].wait_dp_ns / replica_per(s, &s->replicas[d]));
         fprintf(out, "\n  waited for it, by replica");
         spread(out, s->nreplicas, v, fmt_ns, label_replica, s->replicas, "replicas");
     }
+#undef REPLICA_FIGURE
     free(v);
 }
 

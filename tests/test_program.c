@@ -974,9 +974,18 @@ Test(program_run, a_program_that_recorded_nothing_is_told_why, .timeout = 120) {
     lt_run(&p, loaded, NULL);
     cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
     cr_assert_str_eq(p.err, "pprun run: job 2: no records came from the program, though 2 of the ranks on this node "
-                            "loaded pprun's tracer (in Python: imported torch.distributed.pipelining, which pprun "
-                            "instruments): no schedule's step() ran, and nothing was recorded through "
-                            "libpprun_trace (docs/torch.md)\n");
+                            "loaded pprun's tracer (pprun.torch loads it when a program imports "
+                            "torch.distributed.pipelining): no schedule's step() ran, and nothing was recorded "
+                            "through libpprun_trace (docs/torch.md)\n");
+    lt_free(&p);
+    /* only a failed attempt loaded it: the attempt that ended the job did not */
+    const char *earlier[] = {"run", "--db", db, "--nproc-per-node", "2", "--max-restarts", "1", "--", "sh", "-c",
+                             "[ $PPRUN_RESTART_COUNT = 0 ] && exec python3 -c 'import pprun._trace, sys; "
+                             "pprun._trace.tracer(); sys.exit(1)'; exit 0",
+                             NULL};
+    lt_run(&p, earlier, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_assert_has(p.err, "pprun run: job 3: no records came from the program: it never called libpprun_trace ");
     lt_free(&p);
     const char *off[] = {"run", "--db", db, "--trace", "off", "--", "sh", "-c", "echo ran", NULL};
     lt_run(&p, off, NULL);

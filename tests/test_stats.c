@@ -462,6 +462,8 @@ Test(stats, past_16_ranks_a_per_rank_line_names_the_least_median_and_most, .time
     lt_free(&p);
 }
 
+static void sql_exec(const char *path, const char *sql);
+
 /* The replica named after "(replica " at `after` in text. */
 static int named_replica(const char *text, const char *after) {
     const char *at = strstr(text, after);
@@ -506,6 +508,19 @@ Test(stats, past_16_replicas_each_figure_names_its_least_and_most_replica, .time
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(replicas, most_allreduce), "allreduce_ns")->valuedouble,
                  hi_allreduce);
     cJSON_Delete(root);
+    lt_free(&p);
+    /* a replica without step statistics has no figure on any line, not an
+     * all-reduce of 0 ns; nor has a rank of an infinite bubble */
+    sql_exec(db, "DELETE FROM step_stats WHERE job_id = 1 AND rank = 5;"
+                 "UPDATE step_stats SET bubble_ratio = 9e999 WHERE job_id = 1 AND rank = 3");
+    p = stats(db, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    const char *by_rank = strstr(p.out, "\n  by rank  least ");
+    cr_assert_not_null(by_rank, "%s", p.out);
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(by_rank + 1, "\n"), by_rank + 1);
+    cr_assert(strstr(line, ") of 15 ranks (2 without)"), "%s", line);
+    cr_assert_eq(lt_count(p.out, ") of 15 replicas (2 without)\n"), 3, "%s", p.out);
     lt_free(&p);
 }
 

@@ -134,7 +134,27 @@ Test(web, a_jobs_replicas_are_the_dp_its_plan_follows) {
     cr_assert_eq(num(j, "dp_not_laid_out"), 2);
     cr_assert_null(cJSON_GetObjectItem(j, "replicas"));
     cJSON_Delete(j);
-    /* two pipelines of 2 ranks, each with stages 0 and 1 */
+    /* rank 3 declared no plan (an empty one, or none yet): ranks 0 and 2,
+     * of the same place in a pipeline of 2, already hold other stages */
+    exec_sql("DELETE FROM plan WHERE job_id = 1 AND rank = 3");
+    j = get_json("/api/jobs/1", 200);
+    cr_assert_eq(num(j, "dp_not_laid_out"), 2);
+    cJSON_Delete(j);
+    /* a dp that is no whole number of pipelines (an edited file) is none */
+    static const char *const not_dp[] = {"'2'", "2.5", "4294967298", "-4294967294"};
+    for (size_t k = 0; k < sizeof not_dp / sizeof *not_dp; k++) {
+        char sql[160];
+        snprintf(sql, sizeof sql, "UPDATE jobs SET config_json = json_set(config_json, '$.dp', %s) WHERE id = 1",
+                 not_dp[k]);
+        exec_sql(sql);
+        j = get_json("/api/jobs/1", 200);
+        cr_assert_eq(num(j, "replicas"), 1, "dp %s", not_dp[k]);
+        cr_assert_null(cJSON_GetObjectItem(j, "dp_not_laid_out"), "dp %s", not_dp[k]);
+        cJSON_Delete(j);
+    }
+    exec_sql("UPDATE jobs SET config_json = json_set(config_json, '$.dp', 2) WHERE id = 1");
+    /* two pipelines of 2 ranks, each with stages 0 and 1 (rank 3's plan
+     * still to come) */
     exec_sql("UPDATE plan SET stage = rank % 2 WHERE job_id = 1");
     j = get_json("/api/jobs/1", 200);
     cr_assert_eq(num(j, "replicas"), 2);

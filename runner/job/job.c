@@ -11,6 +11,7 @@ void job_free(run_job *job) {
     run_progress_stop(job->progress);
     if (job->coll) collector_stop(job->coll, &ignored);
     free(job->rings); /* the rings themselves belonged to the collector */
+    free(job->ring_writers);
     if (job->db) db_close(job->db);
     run_config_free_args(job->worker_args);
     sched_free(job->plan);

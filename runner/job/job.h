@@ -43,6 +43,7 @@ typedef struct run_job {
     collector *coll;
     trace_ring **rings; /* [nrings], owned by the collector once added */
     int nrings;         /* this node's ranks (launch_info's nproc_per_node) */
+    int *ring_writers;  /* [nrings]: each ring's writer (trace_ring_writer) when the latest attempt began, owned */
     pp_err ring_fault;  /* the first rank's ring found corrupt ("" none; the collector's thread until it stops) */
     http_server *web;
     run_progress *progress;

@@ -28,6 +28,10 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
         int sig = job_signals_take();
         if (sig) raise(sig);
     }
+    /* which process claimed each ring before this attempt: one of this
+     * attempt's claims it anew (job_rows' "no records" message) */
+    for (int l = 0; job->rings && l < job->nrings; l++)
+        job->ring_writers[l] = job->rings[l] ? trace_ring_writer(job->rings[l]) : 0;
     if (info->attempt > 0) {
         /* A restarted attempt runs again from its checkpoint, or from step
          * 0 without one: the display shows those steps again. */

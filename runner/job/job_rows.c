@@ -433,7 +433,7 @@ static void say_nothing_recorded(const run_job *job, const job_outcome *end) {
     if (end->rings_claimed > 0) /* the hook worked: the program made no op to record */
         fprintf(stderr,
                 "pprun run: job %lld: no records came from the program, though %d of the ranks on this node "
-                "loaded pprun's tracer (in Python: imported torch.distributed.pipelining, which pprun instruments): "
+                "loaded pprun's tracer (pprun.torch loads it when a program imports torch.distributed.pipelining): "
                 "no schedule's step() ran, and nothing was recorded through libpprun_trace (docs/torch.md)\n",
                 (long long)job->job_id, end->rings_claimed);
     else

@@ -103,7 +103,8 @@ int job_tracing_start(run_job *job, const launch_info *info, store_client *store
                                   : start_forwarding_collector(job, info, store, err);
     if (rc != 0) return -1;
     job->rings = calloc((size_t)info->nproc_per_node, sizeof *job->rings);
-    if (!job->rings) return pp_fail(err, "out of memory");
+    job->ring_writers = calloc((size_t)info->nproc_per_node, sizeof *job->ring_writers);
+    if (!job->rings || !job->ring_writers) return pp_fail(err, "out of memory");
     job->nrings = info->nproc_per_node;
     for (int l = 0; l < info->nproc_per_node; l++) {
         int rank = info->node_rank * info->nproc_per_node + l;
@@ -122,10 +123,14 @@ void job_tracing_stop(run_job *job, job_outcome *end) {
     end->trace_err.msg[0] = '\0';
     end->ring_err.msg[0] = '\0';
     if (!job->coll) return;
-    /* the rings are the collector's, and there until collector_stop */
+    /* the rings are the collector's, and there until collector_stop; a
+     * ring claimed by an earlier attempt's process only is not counted */
     end->rings_claimed = 0;
     for (int l = 0; job->rings && l < job->nrings; l++)
-        end->rings_claimed += job->rings[l] && trace_ring_writer(job->rings[l]) != 0;
+        if (job->rings[l]) {
+            int writer = trace_ring_writer(job->rings[l]);
+            end->rings_claimed += writer != 0 && writer != job->ring_writers[l];
+        }
     if (end->launch_rc != 0 || end->res.status != LAUNCH_OK) collector_last_step_cut(job->coll);
     if (collector_stop(job->coll, &end->trace_err) != 0) {
         fprintf(stderr, "pprun run: trace collector: %s\n", end->trace_err.msg);
