@@ -200,8 +200,8 @@ static void spans_table(FILE *out, const job_summary *s) {
 static const char *dp_unlaid_text(char *buf, size_t n, const job_summary *s) {
     int per = s->world / s->dp_unlaid;
     snprintf(buf, n,
-             "--dp %d is not the program's layout (a replica of %d %s lacks a stage): one pipeline of %d ranks shown "
-             "(docs/torch.md)",
+             "--dp %d is not the program's layout (its pipelines of %d %s do not hold the same stages): one "
+             "pipeline of %d ranks shown (docs/torch.md)",
              s->dp_unlaid, per, per == 1 ? "rank" : "consecutive ranks", s->world);
     return buf;
 }

@@ -1005,8 +1005,8 @@ Test(stats, a_dp_the_programs_plan_does_not_follow_is_one_pipeline_said_so, .tim
     sql_exec(path, "UPDATE jobs SET config_json = json_set(coalesce(config_json, '{}'), '$.dp', 2)");
     lt_proc p = stats(path, "1");
     cr_assert_eq(p.status, 0, "%s", p.err);
-    lt_assert_has(p.out, "\n  replicas --dp 2 is not the program's layout (a replica of 1 rank lacks a stage): "
-                         "one pipeline of 2 ranks shown");
+    lt_assert_has(p.out, "\n  replicas --dp 2 is not the program's layout (its pipelines of 1 rank do not hold the "
+                         "same stages): one pipeline of 2 ranks shown");
     cr_assert_null(strstr(p.out, "replica 0 ("), "%s", p.out);
     lt_assert_has(p.out, "\n  1        1 - "); /* stage 1 on rank 1, not "1,2" */
     lt_free(&p);
