@@ -96,8 +96,8 @@ typedef struct job_summary {
     summary_span *spans; /* with SUMMARY_OPS: the program's own spans by name (summary_spans), owned */
     size_t nspans;
     int nreplicas;              /* the job's --dp (config_json's dp); 1 for one pipeline */
-    int dp_unlaid;              /* a --dp D (> 1) that the program's plan is not laid out as (a stage missing
-                                 * from a replica): nreplicas is 1, the job one pipeline; else 0 */
+    int dp_unlaid;              /* a --dp D (> 1) that the program's plan is not laid out as (summary_dp):
+                                 * nreplicas is 1, the job one pipeline; else 0 */
     summary_replica *replicas;  /* nreplicas > 1: each replica's, owned; else NULL */
 } job_summary;
 

@@ -187,6 +187,11 @@ static void key(char *buf, size_t cap, int attempt, const char *name) {
     snprintf(buf, cap, "pprun/a/%d/%s", attempt, name);
 }
 
+void launch_failure_clear(launch_failure *f) {
+    memset(f, 0, sizeof *f);
+    f->ended_first = -1;
+}
+
 /* --- failure as text, for the other nodes ------------------------------------ */
 
 /* The numbers on the first line; then one line each for the host and the
@@ -219,7 +224,7 @@ static int next_line(const char **p, char *out, size_t cap) {
  * store may have written it, so its node and ranks must be the job's (a
  * rank is -1 for a launcher's own failure). */
 static int failure_decode(const char *text, const launch_options *o, launch_failure *f, int *stop) {
-    memset(f, 0, sizeof *f);
+    launch_failure_clear(f);
     int pid, state;
     if (sscanf(text, "v6 %d %d %d %d %d %d %" SCNu64 " %d %d %d %d %d %" SCNd64 " %d %d %" SCNu64, &f->node_rank,
                &f->global_rank, &f->local_rank, &f->exit_code, &f->signal, &pid, &f->wall_ns, stop, &f->hung, &state,
@@ -303,9 +308,9 @@ static int tell_told(job *j, int attempt, pp_err *serr) {
 
 /* This launcher, as the failure: stopped by a signal, or broken (why). */
 static void launcher_failure(job *j, const char *why, launch_failure *f) {
-    memset(f, 0, sizeof *f);
+    launch_failure_clear(f);
     f->node_rank = j->c.o->node_rank;
-    f->global_rank = f->local_rank = f->ended_first = -1;
+    f->global_rank = f->local_rank = -1;
     f->signal = why ? 0 : j->c.stop_signal;
     f->wall_ns = pp_wall_ns();
     snprintf(f->host, sizeof f->host, "%s", j->host);
@@ -1112,8 +1117,7 @@ static int run_attempt(job *j, int attempt, launch_result *res, int *again, pp_e
     if (o->node_rank == 0 && !j->hosts && read_node_hosts(j, err) != 0) return -1;
     if (attempt > 0) {
         /* A restart: the failure before it no longer stands. */
-        memset(&res->failure, 0, sizeof res->failure);
-        res->failure.ended_first = -1;
+        launch_failure_clear(&res->failure);
         res->failure_remote = 0;
         res->silent = 0;
         res->status = LAUNCH_ERROR;
@@ -1121,7 +1125,7 @@ static int run_attempt(job *j, int attempt, launch_result *res, int *again, pp_e
     res->attempts = attempt + 1;
     if (multi && watch_attempt_end(j, attempt, err) != 0) return -1;
     launch_failure fail;
-    memset(&fail, 0, sizeof fail);
+    launch_failure_clear(&fail);
     int out = run_local_ranks(j, &fail, err);
     if (out == LAUNCH_ATTEMPT_ERROR || out == LAUNCH_ATTEMPT_STORE_LOST) {
         attempt_broke(j, attempt, out, &fail, res, err);

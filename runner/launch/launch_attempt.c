@@ -388,7 +388,7 @@ static void note_failure(attempt *a, int i) {
     const launch_info *in = &a->c->info;
     int st = a->slots[i].status;
     launch_failure *f = a->failure;
-    memset(f, 0, sizeof *f);
+    launch_failure_clear(f);
     f->node_rank = in->node_rank;
     f->local_rank = i;
     f->global_rank = in->node_rank * a->n + i;
@@ -405,7 +405,6 @@ static void note_failure(attempt *a, int i) {
      * an error, its peers still running: a program that stops one rank's
      * loop early (uneven data) closes its peers' connections, and their
      * failure ("Connection closed by peer") is the first a launcher sees. */
-    f->ended_first = -1;
     uint64_t first = 0, failed_at = a->slots[i].ended_ns;
     for (int k = 0; k < a->n && WIFEXITED(st); k++) {
         const slot *o = &a->slots[k];
@@ -426,12 +425,11 @@ static void note_hung(attempt *a, int r, const char *why) {
     const launch_info *in = &a->c->info;
     launch_failure *f = a->failure;
     int witness = f->global_rank, lr = r % a->n;
-    memset(f, 0, sizeof *f);
+    launch_failure_clear(f);
     f->node_rank = r / a->n;
     f->local_rank = lr;
     f->global_rank = r;
     f->exit_code = -1;
-    f->ended_first = -1;
     f->hung = 1;
     f->witness = witness;
     f->wall_ns = pp_wall_ns();
@@ -445,15 +443,20 @@ static void note_hung(attempt *a, int r, const char *why) {
         if (*p == '\n') *p = ' ';
 }
 
+/* Slot s's process was reaped with waitpid status st. */
+static void reaped(attempt *a, slot *s, int st) {
+    s->alive = 0;
+    s->ended_ns = pp_now_ns();
+    s->status = st;
+    launch_guard_note(a->c->guard, -s->pid);
+}
+
 /* Local rank i, if it exited meanwhile: reaped now. */
 static void reap_rank(attempt *a, int i) {
     slot *s = &a->slots[i];
     int st;
     if (!s->alive || waitpid(s->pid, &st, WNOHANG) != s->pid) return;
-    s->alive = 0;
-    s->ended_ns = pp_now_ns();
-    s->status = st;
-    launch_guard_note(a->c->guard, -s->pid);
+    reaped(a, s, st);
 }
 
 /* The failed rank exited with an error: maybe only because it waited in
@@ -514,10 +517,7 @@ static void reap_ranks(attempt *a) {
         for (int i = 0; i < a->n; i++) {
             slot *s = &a->slots[i];
             if (s->pid != pid || !s->alive) continue;
-            s->alive = 0;
-            s->ended_ns = pp_now_ns();
-            s->status = st;
-            launch_guard_note(a->c->guard, -pid);
+            reaped(a, s, st);
             if (!a->tearing && cause_weight(st) > (chosen < 0 ? 0 : cause_weight(a->slots[chosen].status)))
                 chosen = i;
         }

@@ -164,6 +164,9 @@ enum {
     LAUNCH_ATTEMPT_ERROR,       /* could not start the workers: err */
 };
 
+/* f as no failure yet: zeroed, and ended_first -1 (none; 0 is rank 0).
+ * Every launch_failure the launcher fills starts here. */
+void launch_failure_clear(launch_failure *f);
 /* Runs the local ranks of one attempt until they are all gone and every
  * descendant is dead. Returns LAUNCH_ATTEMPT_*. */
 int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err);
