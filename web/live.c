@@ -22,17 +22,23 @@
  * for 10 s).
  *
  * Unsent bytes are bounded server-wide: a client that opens streams and
- * never reads must not make the server buffer 8 MiB for each of them. A
- * stream is polled only while the bytes its client has not read are under
- * its share (half of LIVE_UNSENT_MAX over the open streams, at most
- * MAX_PENDING), so a client that reads is polled and one that does not
- * stops at its share. And each tick the hub polls streams only until what
- * it produced reaches what is left of LIVE_UNSENT_MAX (the unsent bytes of
- * every stream), those whose clients have read the most first (so a reader
- * is not starved by streams nobody reads), and among those a different one
- * first each tick; past the budget nothing is polled until clients read.
- * So the streams never hold more than LIVE_UNSENT_MAX plus one poll's
- * messages, which each query caps in rows and in bytes (POLL_BYTES).
+ * never reads must not make the server buffer 8 MiB for each of them, nor
+ * take the room a client that reads needs. A stream holds at most its
+ * share (half of LIVE_UNSENT_MAX over the open streams, at most
+ * MAX_PENDING): it is polled only while the bytes its client has not read
+ * are under a quarter of its share, and each of a poll's three queries
+ * stops at a quarter of it. So streams whose clients never read stop below half of
+ * LIVE_UNSENT_MAX all together, and the other half is there for those that
+ * read (before, one poll of a stream could be four times its share: 256
+ * streams nobody read held all 64 MiB, and a stream whose client read again
+ * waited, for minutes, behind streams that never would). The one thing
+ * past a share is a query's last row (a step message of a job of thousands
+ * of ranks), so each tick also polls streams only until what it produced
+ * reaches what is left of LIVE_UNSENT_MAX (the unsent bytes of every
+ * stream), those whose clients have read the most first, and among those
+ * a different one first each tick; past the budget nothing is polled until
+ * clients read. So the streams never hold more than LIVE_UNSENT_MAX plus
+ * one poll's messages.
  *
  * Messages: hello (the cursor to resume from), status, events, losses, step.
  * Every message carries `id: E.LS.LM.SS` (last event id, last loss
@@ -63,8 +69,9 @@
 #define MAX_PENDING ((size_t)8 << 20) /* the most a stream's share can be */
 /* The server-wide budget of unsent bytes (docs/api.md, "Limits"). */
 #define LIVE_UNSENT_MAX ((size_t)64 << 20)
-/* What one query of a tick may produce for its message, past its row limit:
- * rows stop once the message passes it (a step message is never cut). */
+/* The most one query of a tick may produce for its message, past its row
+ * limit (less with many streams: a quarter of a stream's share): rows stop
+ * once the message passes it (a step message is never cut). */
 #define POLL_BYTES ((size_t)512 << 10)
 /* A stream's staging buffer larger than this is freed after each tick
  * rather than kept at its high-water mark. */
@@ -126,7 +133,8 @@ typedef struct result {
 
 typedef struct tick {
     sqlite3 *db;
-    int64_t hi; /* the newest event id of the tick's snapshot */
+    int64_t hi;        /* the newest event id of the tick's snapshot */
+    size_t poll_bytes; /* where each query's message stops (POLL_BYTES at most) */
     result **r;
     int n, cap;
 } tick;
@@ -188,7 +196,7 @@ static void q_events(tick *t, result *r, int64_t t0) {
     jw_init(&rows);
     int n = 0, rc;
     int64_t last = r->k1;
-    int full = 0; /* stopped at POLL_BYTES: the rows after `last` come next tick */
+    int full = 0; /* stopped at poll_bytes: the rows after `last` come next tick */
     while (!full && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         last = sqlite3_column_int64(st, 0);
         jw_rawf(&rows, "%s[%lld,%d,%d,%d,%d,%d,%lld,%lld,%d,%lld", n++ ? "," : "", (long long)last,
@@ -198,7 +206,7 @@ static void q_events(tick *t, result *r, int64_t t0) {
                 sqlite3_column_int(st, 8), (long long)sqlite3_column_int64(st, 9));
         report_sql_raw_text_cell(&rows, st, 10); /* a span's name, null for an op: as /events */
         jw_raw(&rows, "]", 1);
-        full = rows.len >= POLL_BYTES;
+        full = rows.len >= t->poll_bytes;
     }
     sqlite3_finalize(st);
     if ((full || rc == SQLITE_DONE) && !rows.oom) {
@@ -231,7 +239,7 @@ static void q_losses(tick *t, result *r) {
     jw_arr(w);
     int n = 0, rc;
     int64_t ls = r->k1, lm = r->k2;
-    int full = 0; /* stopped at POLL_BYTES */
+    int full = 0; /* stopped at poll_bytes */
     while (!full && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         ls = sqlite3_column_int(st, 0);
         lm = sqlite3_column_int(st, 1);
@@ -243,7 +251,7 @@ static void q_losses(tick *t, result *r) {
         else jw_null(w); /* not finite, or no number */
         jw_arr_end(w);
         n++;
-        full = w->len >= POLL_BYTES;
+        full = w->len >= t->poll_bytes;
     }
     jw_arr_end(w);
     jw_raw(w, "}", 1);
@@ -282,7 +290,7 @@ static void q_steps(tick *t, result *r, int64_t t0) {
     sqlite3_bind_int64(st, 2, r->k1);
     sqlite3_bind_int(st, 3, STEPS_PER_TICK);
     jw *w = &r->text;
-    while (w->len < POLL_BYTES && sqlite3_step(st) == SQLITE_ROW) {
+    while (w->len < t->poll_bytes && sqlite3_step(st) == SQLITE_ROW) {
         int64_t step = sqlite3_column_int64(st, 0);
         if (!bounds_step_row_ok(st, 0) || !bounds_ok(&bounds_time, t0)) {
             r->n1 = step;
@@ -463,7 +471,7 @@ static int by_unsent(const void *a, const void *b) {
 
 /* Polls streams in order until they have been given `room` bytes (the
  * rest of LIVE_UNSENT_MAX); the others wait for a later tick. */
-static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room) {
+static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room, size_t poll_bytes) {
     /* The file changed under the hub's connection (db_reader_refresh): a
      * new one, by the old one's file name (the old stays open till then),
      * or the old one until it can be opened. */
@@ -473,7 +481,7 @@ static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room) {
         db_reader_close(h->db);
         h->db = fresh;
     }
-    tick t = {.db = h->db};
+    tick t = {.db = h->db, .poll_bytes = poll_bytes};
     /* One read transaction: every query of the tick sees one snapshot, so
      * no event id at or below `hi` can appear later. */
     sqlite3_exec(h->db, "BEGIN", NULL, NULL, NULL);
@@ -508,9 +516,11 @@ static void *hub_main(void *arg) {
         size_t unsent = 0;
         /* A stream's share: half the budget over the open streams, so that
          * clients that never read fill at most half of it and those that
-         * read still find room. */
+         * read still find room. A stream is polled under a quarter of its
+         * share, a poll's three queries a quarter each: it stays under it. */
         size_t share = LIVE_UNSENT_MAX / 2 / (size_t)(h->nsubs > 0 ? h->nsubs : 1);
         if (share > MAX_PENDING) share = MAX_PENDING;
+        size_t poll_bytes = share / 4 < POLL_BYTES ? share / 4 : POLL_BYTES;
         for (live_sub **pp = &h->subs; *pp;) {
             live_sub *s = *pp;
             if (s->gone) {
@@ -526,7 +536,7 @@ static void *hub_main(void *arg) {
             }
             size_t mine = s->out.len - s->off;
             unsent += mine;
-            if (!s->ending && mine < share && n < MAX_STREAMS) snap[n++] = (snap_ent){s, mine, 0};
+            if (!s->ending && mine < share / 4 && n < MAX_STREAMS) snap[n++] = (snap_ent){s, mine, 0};
             pp = &s->next;
         }
         unsigned first = n > 0 ? h->ticks++ % (unsigned)n : 0;
@@ -537,7 +547,7 @@ static void *hub_main(void *arg) {
         size_t room = unsent < LIVE_UNSENT_MAX ? LIVE_UNSENT_MAX - unsent : 0;
         /* Only this thread frees streams, so the snapshot stays valid. */
         pthread_mutex_unlock(&h->mu);
-        if (n > 0 && room > 0) run_tick(h, snap, n, room);
+        if (n > 0 && room > 0) run_tick(h, snap, n, room, poll_bytes);
         pthread_mutex_lock(&h->mu);
         for (int i = 0; i < n; i++) {
             live_sub *s = snap[i].s;
