@@ -18,6 +18,7 @@ import { loadHeatmap, resetHeatmap } from './heatmap.js';
 
 let stream = null;  // the open job's live stream (an AbortController)
 let planAt = 0;     // when the plan was last asked for
+let layoutRead = false; // the job's pipelines read again once its plans are in (onStepDone)
 
 // The header's list of jobs, the job chosen kept chosen; S.jobs for the Jobs tab.
 export async function loadJobs() {
@@ -59,13 +60,8 @@ export async function openJob(id) {
     infoAsked.then((i) => loadSteps(id, 0, i.job.world_size <= RANKS_DRAWN)), api(`/api/jobs/${id}/plan`)]);
   S.info = info; S.plan = plan;
   if (world() > RANKS_DRAWN) S.steps.forEach(dropRanks); // merged before its size was known
-  R.replica = -1;
-  groupBy(defaultGrouping());
-  const dp = replicas().dp;
-  $('row-group-replica').hidden = $('replica-filter').hidden = dp <= 1; // --dp: a group a pipeline, or one of them
-  $('replica').innerHTML = '';
-  for (let d = -1; d < dp && dp > 1; d++) $('replica').add(new Option(d < 0 ? 'all' : String(d), String(d)));
-  $('row-group').value = R.by;
+  layoutRead = false;
+  showReplicas();
   probe.planLoads = [plan.simulated];
   S.gpuLane = !!info.gpu_spans;
   $('legend-gpu').hidden = !S.gpuLane;
@@ -90,6 +86,35 @@ export async function openJob(id) {
   loadWhatif(id);
   loadHeatmap(id);
   probe.ready = true;
+}
+
+// The replica filter and the grouping, as the job's pipelines are laid out
+// (--dp: a group a pipeline, or one of them shown).
+function showReplicas() {
+  R.replica = -1;
+  groupBy(defaultGrouping());
+  const dp = replicas().dp;
+  $('row-group-replica').hidden = $('replica-filter').hidden = dp <= 1;
+  $('replica').innerHTML = '';
+  for (let d = -1; d < dp && dp > 1; d++) $('replica').add(new Option(d < 0 ? 'all' : String(d), String(d)));
+  $('row-group').value = R.by;
+}
+
+// A page opened before the ranks declared their plans took --dp as the
+// layout: once a step after the first completes, every rank that declares
+// a plan has (a program without one of its own declares the order it ran in
+// its first step), so the job's pipelines are read once more, and a --dp
+// the plans do not follow becomes one pipeline, as on a page opened now.
+async function readLayoutAgain(id) {
+  layoutRead = true;
+  let info;
+  try { info = await api(`/api/jobs/${id}`); } catch (e) { return; }
+  if (S.job !== id || !S.info || info.replicas === S.info.replicas) return;
+  S.info.replicas = info.replicas;
+  S.info.dp_not_laid_out = info.dp_not_laid_out;
+  showReplicas();
+  updateHeader();
+  scheduleDraw();
 }
 
 // A gpt job's plan gets simulated times once its first steps are measured
@@ -230,6 +255,7 @@ function onStepDone(d) {
   mergeStep(d);
   if (whatifDue()) loadWhatif(S.job);
   if (S.plan && !S.plan.simulated && Date.now() - planAt >= 1000) reloadPlan(S.job);
+  if (!layoutRead && d.step >= 1 && replicas().dp > 1) readLayoutAgain(S.job);
   if (S.follow) { followLatest(); followWindowSoon(); } // the window brings the step's gaps
   updateHeader();
   drawChartsSoon();

@@ -568,24 +568,34 @@ static const char *fmt_ms(double ns, char *out, size_t n) {
     return out;
 }
 
-/* A --dp the program's plan does not follow (the fixture's one pipeline of
- * 4 ranks, config dp 2): one pipeline, no replica filter, and the header
- * says why, as pprun stats does. */
+/* A fresh fixture (one pipeline of 4 ranks) whose config says --dp 2, a
+ * layout its plan does not follow; `more` is SQL run after. */
+static void fixture_unlaid(char *db, size_t n, const char *tag, int steps, const char *status, const char *more) {
+    fixture_fresh(db, n, tag, steps, status);
+    char sql[512];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET config_json = json_set(config_json, '$.dp', 2) WHERE id = 1;%s", more);
+    pp_err err;
+    cr_assert_eq(fixture_exec(db, sql, &err), 0, "%s", err.msg);
+}
+
+/* The page shows one pipeline (no replica filter) and its header says why. */
+static void assert_one_pipeline_said(const cJSON *j, int filter_hidden, const char *meta) {
+    char *text = cJSON_PrintUnformatted(j);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no page errors: %s", text);
+    cr_assert(filter_hidden, "no replica filter: %s", text);
+    cr_assert(strstr(meta, ", --dp 2 is not the program's layout: one pipeline"), "%s", text);
+    free(text);
+}
+
+/* A --dp the program's plan does not follow: one pipeline, no replica
+ * filter, and the header says why, as pprun stats does. */
 Test(browser, a_dp_the_plan_does_not_follow_is_one_pipeline_said_so, .timeout = 180) {
     require_playwright();
     char db[256];
-    fixture_fresh(db, sizeof db, "browser-unlaid", 3, "succeeded");
-    pp_err err;
-    cr_assert_eq(fixture_exec(db, "UPDATE jobs SET config_json = json_set(config_json, '$.dp', 2) WHERE id = 1", &err),
-                 0, "%s", err.msg);
+    fixture_unlaid(db, sizeof db, "browser-unlaid", 3, "succeeded", "");
     cJSON *j = browse(db, "balance", NULL);
-    char *text = cJSON_PrintUnformatted(j);
-    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no page errors: %s", text);
-    const cJSON *dp = cJSON_GetObjectItem(j, "dp");
-    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(dp, "filterHidden")), "no replica filter: %s", text);
-    cr_assert(strstr(cJSON_GetObjectItem(j, "meta")->valuestring, ", --dp 2 is not the program's layout: one pipeline"),
-              "%s", text);
-    free(text);
+    assert_one_pipeline_said(j, cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "dp"), "filterHidden")),
+                             cJSON_GetObjectItem(j, "meta")->valuestring);
     cJSON_Delete(j);
     fixture_remove(db);
 }
@@ -763,10 +773,32 @@ typedef struct writer_arg {
 
 #define LIVE_BURST 24 /* steps 3-26 at once; dashboard.mjs waits for them */
 
+/* Waits up to 30 s for dashboard.mjs to create `path` (its page is ready). */
+static void wait_for_file(const char *path) {
+    for (int i = 0; i < 600 && access(path, F_OK) != 0; i++)
+        usleep(50000);
+}
+
+/* browse() with `write` changing the database beside it, once the page is
+ * ready (dashboard.mjs creates the file writer_arg.ready names); *ok: the
+ * writer's changes were made. */
+static cJSON *browse_beside(const char *db, const char *mode, void *(*write)(void *), int *ok) {
+    char ready[300];
+    snprintf(ready, sizeof ready, "/tmp/pprun-browser-%s-%d", mode, (int)getpid());
+    unlink(ready);
+    writer_arg a = {db, ready, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, write, &a);
+    cJSON *j = browse(db, mode, ready);
+    pthread_join(t, NULL);
+    unlink(ready);
+    *ok = a.ok;
+    return j;
+}
+
 static void *writer(void *p) {
     writer_arg *a = p;
-    for (int i = 0; i < 600 && access(a->ready, F_OK) != 0; i++)
-        usleep(50000);
+    wait_for_file(a->ready);
     pp_err err;
     /* the plan gets its simulated times as the job's steps are measured */
     a->ok = fixture_set_plan_simulated(a->db, 1, &err) == 0 && fixture_append_steps(a->db, 2, 1, &err) == 0;
@@ -777,15 +809,13 @@ static void *writer(void *p) {
     /* The page has counted the steps through 2 + LIVE_BURST when it writes ready.2. */
     char ready2[320];
     snprintf(ready2, sizeof ready2, "%s.2", a->ready);
-    for (int i = 0; i < 600 && access(ready2, F_OK) != 0; i++)
-        usleep(50000);
+    wait_for_file(ready2);
     unlink(ready2);
     a->ok = a->ok && fixture_append_running_step(a->db, 3 + LIVE_BURST, &err) == 0;
     /* Then the job ends. */
     char ready3[320];
     snprintf(ready3, sizeof ready3, "%s.3", a->ready);
-    for (int i = 0; i < 600 && access(ready3, F_OK) != 0; i++)
-        usleep(50000);
+    wait_for_file(ready3);
     unlink(ready3);
     a->ok = a->ok && fixture_set_status(a->db, "succeeded", &err) == 0;
     return NULL;
@@ -793,19 +823,13 @@ static void *writer(void *p) {
 
 Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     require_playwright();
-    char db[256], ready[300];
+    char db[256];
     fixture_fresh(db, sizeof db, "browser-live", 2, "running");
     pp_err err;
     cr_assert_eq(fixture_set_plan_simulated(db, 0, &err), 0, "%s", err.msg);
-    snprintf(ready, sizeof ready, "/tmp/pprun-browser-ready-%d", (int)getpid());
-    unlink(ready);
-    writer_arg a = {db, ready, 0};
-    pthread_t t;
-    pthread_create(&t, NULL, writer, &a);
-    cJSON *j = browse(db, "live", ready);
-    pthread_join(t, NULL);
-    unlink(ready);
-    cr_assert(a.ok, "the writer appended its steps");
+    int ok;
+    cJSON *j = browse_beside(db, "live", writer, &ok);
+    cr_assert(ok, "the writer appended its steps");
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "follow")), "a running job opens in follow-live mode");
     cr_assert_eq(cJSON_GetObjectItem(j, "stepsBefore")->valueint, 2);
     cr_assert_eq(cJSON_GetObjectItem(j, "stepsAfter")->valueint, 3 + LIVE_BURST);
@@ -844,6 +868,38 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
                   !strncmp(cJSON_GetObjectItem(ended, "stepLabel")->valuestring, "step 26 / ", 10),
               "at the last step with events: %s", text);
     free(text);
+    cJSON_Delete(j);
+}
+
+/* Once the page is ready: the ranks' plans (one pipeline of 4), then steps
+ * 1 and 2, as a program without a plan of its own declares the order it
+ * ran in its first step. */
+static void *relayout_writer(void *p) {
+    writer_arg *a = p;
+    wait_for_file(a->ready);
+    pp_err err;
+    a->ok = fixture_set_plan_simulated(a->db, 1, &err) == 0 && fixture_append_steps(a->db, 1, 2, &err) == 0;
+    return NULL;
+}
+
+/* A page opened while a --dp 2 job runs and before its ranks declared
+ * their plans shows --dp's two pipelines; once plans of one pipeline are
+ * in and a step completes, it shows one, saying why, as a page opened then
+ * would (it kept --dp's filter until reloaded). */
+Test(browser, a_page_opened_before_the_plans_takes_the_layout_they_declare, .timeout = 180) {
+    require_playwright();
+    char db[256];
+    fixture_unlaid(db, sizeof db, "browser-relayout", 1, "running", "DELETE FROM plan WHERE job_id = 1");
+    int ok;
+    cJSON *j = browse_beside(db, "relayout", relayout_writer, &ok);
+    cr_assert(ok, "the writer added the plans and steps");
+    const cJSON *before = cJSON_GetObjectItem(j, "before"), *after = cJSON_GetObjectItem(j, "after");
+    const char *meta = cJSON_GetObjectItem(before, "meta")->valuestring;
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(before, "hidden")), "--dp 2's filter before the plans: %s", meta);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(before, "options")), 3, "all, 0 and 1");
+    cr_assert_null(strstr(meta, "not the program's layout"), "%s", meta);
+    assert_one_pipeline_said(j, cJSON_IsTrue(cJSON_GetObjectItem(after, "hidden")),
+                             cJSON_GetObjectItem(after, "meta")->valuestring);
     cJSON_Delete(j);
 }
 

@@ -23,22 +23,25 @@
  *
  * Unsent bytes are bounded server-wide: a client that opens streams and
  * never reads must not make the server buffer 8 MiB for each of them, nor
- * take the room a client that reads needs. A stream holds at most its
- * share (half of LIVE_UNSENT_MAX over the open streams, at most
- * MAX_PENDING): it is polled only while the bytes its client has not read
- * are under a quarter of its share, and each of a poll's three queries
- * stops at a quarter of it. So streams whose clients never read stop below half of
- * LIVE_UNSENT_MAX all together, and the other half is there for those that
- * read (before, one poll of a stream could be four times its share: 256
- * streams nobody read held all 64 MiB, and a stream whose client read again
- * waited, for minutes, behind streams that never would). The one thing
- * past a share is a query's last row (a step message of a job of thousands
- * of ranks), so each tick also polls streams only until what it produced
- * reaches what is left of LIVE_UNSENT_MAX (the unsent bytes of every
- * stream), those whose clients have read the most first, and among those
- * a different one first each tick; past the budget nothing is polled until
- * clients read. So the streams never hold more than LIVE_UNSENT_MAX plus
- * one poll's messages.
+ * take the room a client that reads needs. A stream's share is half of
+ * LIVE_UNSENT_MAX over the open streams (at most MAX_PENDING). A stream is
+ * polled only while the bytes its client has not read are under a quarter
+ * of its share, and each of a poll's three queries stops once its message
+ * passes a quarter of it (POLL_BYTES at most), so a stream stays under its
+ * share but for frame headers and each query's last row. So streams opened
+ * together whose clients never read stop at about half of LIVE_UNSENT_MAX
+ * all together, and the other half is there for those that read (before,
+ * one poll of a stream could be four times its share: 256 streams nobody
+ * read held all 64 MiB, and a stream whose client read again waited, for
+ * minutes, behind streams that never would). Streams keep what they took
+ * under a larger share, when fewer were open, and a step message of a job
+ * of thousands of ranks can pass a share alone; so each tick also polls
+ * streams only until what it produced reaches what is left of
+ * LIVE_UNSENT_MAX (the unsent bytes of every stream), those whose clients
+ * have read the most first, and among those a different one first each
+ * tick. Past the budget nothing is polled, hellos and keep-alives
+ * included, until clients read. So the streams never hold more than
+ * LIVE_UNSENT_MAX plus one poll's messages.
  *
  * Messages: hello (the cursor to resume from), status, events, losses, step.
  * Every message carries `id: E.LS.LM.SS` (last event id, last loss

@@ -19,6 +19,9 @@
 //   node dashboard.mjs scale URL SCREENSHOT.png    (a job of 1,024 ranks grouped: folding, one replica, the heatmap,
 //                                                  a pan and a zoom's redraw times with a row per rank and
 //                                                  100,000 events)
+//   node dashboard.mjs relayout URL SCREENSHOT.png READY_FILE
+//                                                 (a running --dp 2 job opened before its plans: READY_FILE
+//                                                  created, the test adds plans of one pipeline and a step)
 //   node dashboard.mjs torch URL SCREENSHOT.png F1,T1,F2,T2
 //                                                 (real PyTorch jobs with spans: job 1 GPipe (BW), job 2
 //                                                  ZBVZeroBubble (B and W), each in the window [F, T) (ns) that
@@ -659,6 +662,17 @@ try {
     await page.waitForFunction(() => window.__pprun.jobsShown === 1, null, { timeout: 10000 });
     out.jobsHead = await page.$$eval('#jobs-table thead th', (th) => th.map((t) => t.textContent));
     out.jobsRows = await page.$$eval('#jobs-table tbody tr', (trs) => trs.map((tr) => [...tr.cells].map((td) => td.textContent)));
+  } else if (mode === 'relayout') {
+    // Opened before any rank declared its plan: --dp 2's replica filter;
+    // then the plans (one pipeline) and a step come in.
+    const filter = () => page.evaluate(() => ({ hidden: document.getElementById('replica-filter').hidden,
+      options: [...document.querySelectorAll('#replica option')].map((o) => o.textContent),
+      meta: document.getElementById('job-meta').textContent }));
+    out.before = await filter();
+    fs.writeFileSync(readyFile, 'ready\n');
+    await page.waitForFunction(() => document.getElementById('replica-filter').hidden, null, { timeout: 30000 }).catch(() => {});
+    out.after = await filter();
+    await page.screenshot({ path: shot, fullPage: true });
   } else {
     out.follow = await page.evaluate(() => document.getElementById('follow').checked);
     out.stepsBefore = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).length);
