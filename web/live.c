@@ -23,25 +23,23 @@
  *
  * Unsent bytes are bounded server-wide: a client that opens streams and
  * never reads must not make the server buffer 8 MiB for each of them, nor
- * take the room a client that reads needs. A stream's share is half of
- * LIVE_UNSENT_MAX over the open streams (at most MAX_PENDING). A stream is
- * polled only while the bytes its client has not read are under a quarter
- * of its share, and each of a poll's three queries stops once its message
- * passes a quarter of it (POLL_BYTES at most), so a stream stays under its
- * share but for frame headers and each query's last row. So streams opened
- * together whose clients never read stop at about half of LIVE_UNSENT_MAX
- * all together, and the other half is there for those that read (before,
- * one poll of a stream could be four times its share: 256 streams nobody
- * read held all 64 MiB, and a stream whose client read again waited, for
- * minutes, behind streams that never would). Streams keep what they took
- * under a larger share, when fewer were open, and a step message of a job
- * of thousands of ranks can pass a share alone; so each tick also polls
- * streams only until what it produced reaches what is left of
+ * keep the room from a client that reads. A stream is polled only while
+ * the bytes its client has not read are under its share (half of
+ * LIVE_UNSENT_MAX over the open streams, at most MAX_PENDING), and each
+ * tick polls streams only until what it produced reaches what is left of
  * LIVE_UNSENT_MAX (the unsent bytes of every stream), those whose clients
  * have read the most first, and among those a different one first each
- * tick. Past the budget nothing is polled, hellos and keep-alives
- * included, until clients read. So the streams never hold more than
- * LIVE_UNSENT_MAX plus one poll's messages.
+ * tick. So the streams never hold more than LIVE_UNSENT_MAX plus one
+ * poll's messages, which each query caps in rows and in bytes
+ * (POLL_BYTES). When they hold it all, every stream that holds unsent
+ * messages and whose client has taken none for LIVE_STALL_NS is ended, its
+ * unsent messages dropped; its connection stays until its client reads or
+ * the idle timeout, but no longer counts among the MAX_STREAMS. Nothing is
+ * lost: a client that reconnects with the id of the last message it got
+ * (EventSource does so by itself, as does the dashboard) gets exactly what
+ * came after. Before, streams nobody read kept the budget, and a stream
+ * whose client read again, or a new one, waited behind them until they
+ * closed (minutes, in a test of 256 of them).
  *
  * Messages: hello (the cursor to resume from), status, events, losses, step.
  * Every message carries `id: E.LS.LM.SS` (last event id, last loss
@@ -72,13 +70,15 @@
 #define MAX_PENDING ((size_t)8 << 20) /* the most a stream's share can be */
 /* The server-wide budget of unsent bytes (docs/api.md, "Limits"). */
 #define LIVE_UNSENT_MAX ((size_t)64 << 20)
-/* The most one query of a tick may produce for its message, past its row
- * limit (less with many streams: a quarter of a stream's share): rows stop
- * once the message passes it (a step message is never cut). */
+/* What one query of a tick may produce for its message, past its row limit:
+ * rows stop once the message passes it (a step message is never cut). */
 #define POLL_BYTES ((size_t)512 << 10)
 /* A stream's staging buffer larger than this is freed after each tick
  * rather than kept at its high-water mark. */
 #define KEEP_BYTES ((size_t)64 << 10)
+/* How long a client may take nothing of its stream before the stream is
+ * ended, when the budget is full. */
+#define LIVE_STALL_NS (5ull * 1000000000ull)
 
 typedef struct live_sub {
     struct live_sub *next;
@@ -97,6 +97,7 @@ typedef struct live_sub {
     /* Under hub->mu: pending bytes out.buf[off .. len) and the state. */
     jw out;
     size_t off;
+    uint64_t took_ns; /* when its client last took bytes, or was given some while it held none */
     int suspended, ending, gone;
 } live_sub;
 
@@ -108,7 +109,7 @@ struct live_hub {
     sqlite3 *db;          /* the hub thread's */
     unsigned poll_ms, heartbeat_ms;
     live_sub *subs;       /* under mu; freed only by the hub thread (or live_free) */
-    int nsubs;
+    unsigned long long stalled; /* under mu: streams ended because their clients took nothing */
     unsigned ticks;       /* the hub thread's: where a tick starts polling */
 };
 
@@ -136,8 +137,7 @@ typedef struct result {
 
 typedef struct tick {
     sqlite3 *db;
-    int64_t hi;        /* the newest event id of the tick's snapshot */
-    size_t poll_bytes; /* where each query's message stops (POLL_BYTES at most) */
+    int64_t hi; /* the newest event id of the tick's snapshot */
     result **r;
     int n, cap;
 } tick;
@@ -199,7 +199,7 @@ static void q_events(tick *t, result *r, int64_t t0) {
     jw_init(&rows);
     int n = 0, rc;
     int64_t last = r->k1;
-    int full = 0; /* stopped at poll_bytes: the rows after `last` come next tick */
+    int full = 0; /* stopped at POLL_BYTES: the rows after `last` come next tick */
     while (!full && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         last = sqlite3_column_int64(st, 0);
         jw_rawf(&rows, "%s[%lld,%d,%d,%d,%d,%d,%lld,%lld,%d,%lld", n++ ? "," : "", (long long)last,
@@ -209,7 +209,7 @@ static void q_events(tick *t, result *r, int64_t t0) {
                 sqlite3_column_int(st, 8), (long long)sqlite3_column_int64(st, 9));
         report_sql_raw_text_cell(&rows, st, 10); /* a span's name, null for an op: as /events */
         jw_raw(&rows, "]", 1);
-        full = rows.len >= t->poll_bytes;
+        full = rows.len >= POLL_BYTES;
     }
     sqlite3_finalize(st);
     if ((full || rc == SQLITE_DONE) && !rows.oom) {
@@ -242,7 +242,7 @@ static void q_losses(tick *t, result *r) {
     jw_arr(w);
     int n = 0, rc;
     int64_t ls = r->k1, lm = r->k2;
-    int full = 0; /* stopped at poll_bytes */
+    int full = 0; /* stopped at POLL_BYTES */
     while (!full && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         ls = sqlite3_column_int(st, 0);
         lm = sqlite3_column_int(st, 1);
@@ -254,7 +254,7 @@ static void q_losses(tick *t, result *r) {
         else jw_null(w); /* not finite, or no number */
         jw_arr_end(w);
         n++;
-        full = w->len >= t->poll_bytes;
+        full = w->len >= POLL_BYTES;
     }
     jw_arr_end(w);
     jw_raw(w, "}", 1);
@@ -293,7 +293,7 @@ static void q_steps(tick *t, result *r, int64_t t0) {
     sqlite3_bind_int64(st, 2, r->k1);
     sqlite3_bind_int(st, 3, STEPS_PER_TICK);
     jw *w = &r->text;
-    while (w->len < t->poll_bytes && sqlite3_step(st) == SQLITE_ROW) {
+    while (w->len < POLL_BYTES && sqlite3_step(st) == SQLITE_ROW) {
         int64_t step = sqlite3_column_int64(st, 0);
         if (!bounds_step_row_ok(st, 0) || !bounds_ok(&bounds_time, t0)) {
             r->n1 = step;
@@ -474,7 +474,7 @@ static int by_unsent(const void *a, const void *b) {
 
 /* Polls streams in order until they have been given `room` bytes (the
  * rest of LIVE_UNSENT_MAX); the others wait for a later tick. */
-static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room, size_t poll_bytes) {
+static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room) {
     /* The file changed under the hub's connection (db_reader_refresh): a
      * new one, by the old one's file name (the old stays open till then),
      * or the old one until it can be opened. */
@@ -484,7 +484,7 @@ static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room, size_t pol
         db_reader_close(h->db);
         h->db = fresh;
     }
-    tick t = {.db = h->db, .poll_bytes = poll_bytes};
+    tick t = {.db = h->db};
     /* One read transaction: every query of the tick sees one snapshot, so
      * no event id at or below `hi` can appear later. */
     sqlite3_exec(h->db, "BEGIN", NULL, NULL, NULL);
@@ -508,27 +508,48 @@ static void sub_free(live_sub *s) {
     free(s);
 }
 
+/* Streams not ended (under mu): an ended one keeps its connection until
+ * its client reads or the idle timeout, but no place among MAX_STREAMS. */
+static int open_streams(live_hub *h) {
+    int n = 0;
+    for (live_sub *s = h->subs; s; s = s->next)
+        n += !s->ending && !s->gone;
+    return n;
+}
+
+/* The budget is full (under mu): ends every stream that holds unsent
+ * messages and whose client has taken none for LIVE_STALL_NS, dropping
+ * them; returns the bytes freed. A stream holding bytes is never suspended: its connection
+ * ends when MHD next asks it for bytes, once its client reads, or at the
+ * idle timeout. */
+static size_t end_stalled(live_hub *h, uint64_t now) {
+    size_t freed = 0;
+    for (live_sub *s = h->subs; s; s = s->next) {
+        size_t mine = s->out.len - s->off;
+        /* took_ns is written on MHD's threads: a clock a little behind the hub's is no stall */
+        if (s->ending || mine == 0 || now <= s->took_ns || now - s->took_ns < LIVE_STALL_NS) continue;
+        freed += mine;
+        jw_free(&s->out);
+        jw_init(&s->out);
+        s->off = 0;
+        s->ending = 1;
+        h->stalled++;
+    }
+    return freed;
+}
+
 static void *hub_main(void *arg) {
     live_hub *h = arg;
     snap_ent snap[MAX_STREAMS];
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
-        /* Streams whose connection is gone are freed here, the one place
-         * that also walks the list. */
+        /* Streams whose connection is gone are freed here, and only here. */
         int n = 0;
         size_t unsent = 0;
-        /* A stream's share: half the budget over the open streams, so that
-         * clients that never read fill at most half of it and those that
-         * read still find room. A stream is polled under a quarter of its
-         * share, a poll's three queries a quarter each: it stays under it. */
-        size_t share = LIVE_UNSENT_MAX / 2 / (size_t)(h->nsubs > 0 ? h->nsubs : 1);
-        if (share > MAX_PENDING) share = MAX_PENDING;
-        size_t poll_bytes = share / 4 < POLL_BYTES ? share / 4 : POLL_BYTES;
         for (live_sub **pp = &h->subs; *pp;) {
             live_sub *s = *pp;
             if (s->gone) {
                 *pp = s->next;
-                h->nsubs--;
                 sub_free(s);
                 continue;
             }
@@ -537,10 +558,18 @@ static void *hub_main(void *arg) {
                 s->suspended = 0;
                 MHD_resume_connection(s->conn);
             }
-            size_t mine = s->out.len - s->off;
-            unsent += mine;
-            if (!s->ending && mine < share / 4 && n < MAX_STREAMS) snap[n++] = (snap_ent){s, mine, 0};
+            unsent += s->out.len - s->off;
             pp = &s->next;
+        }
+        if (unsent >= LIVE_UNSENT_MAX) unsent -= end_stalled(h, pp_now_ns());
+        /* A stream's share: half the budget over the open streams, so that
+         * one client's streams do not take it all. */
+        int open = open_streams(h);
+        size_t share = LIVE_UNSENT_MAX / 2 / (size_t)(open > 0 ? open : 1);
+        if (share > MAX_PENDING) share = MAX_PENDING;
+        for (live_sub *s = h->subs; s; s = s->next) {
+            size_t mine = s->out.len - s->off;
+            if (!s->ending && mine < share && n < MAX_STREAMS) snap[n++] = (snap_ent){s, mine, 0};
         }
         unsigned first = n > 0 ? h->ticks++ % (unsigned)n : 0;
         for (int i = 0; i < n; i++) snap[i].order = ((unsigned)i + (unsigned)n - first) % (unsigned)n;
@@ -550,11 +579,12 @@ static void *hub_main(void *arg) {
         size_t room = unsent < LIVE_UNSENT_MAX ? LIVE_UNSENT_MAX - unsent : 0;
         /* Only this thread frees streams, so the snapshot stays valid. */
         pthread_mutex_unlock(&h->mu);
-        if (n > 0 && room > 0) run_tick(h, snap, n, room, poll_bytes);
+        if (n > 0 && room > 0) run_tick(h, snap, n, room);
         pthread_mutex_lock(&h->mu);
         for (int i = 0; i < n; i++) {
             live_sub *s = snap[i].s;
             if (s->stage.len && !s->gone && !s->ending) {
+                if (s->out.len == s->off) s->took_ns = pp_now_ns(); /* it held nothing: its client is not behind */
                 if (s->off) { /* what was sent goes: a client that reads a little less than it is given
                                  would otherwise grow the buffer without end */
                     memmove(s->out.buf, s->out.buf + s->off, s->out.len - s->off);
@@ -614,6 +644,7 @@ static ssize_t sub_read(void *cls, uint64_t pos, char *buf, size_t max) {
         size_t n = avail < max ? avail : max;
         memcpy(buf, s->out.buf + s->off, n);
         s->off += n;
+        s->took_ns = pp_now_ns();
         if (s->off == s->out.len) {
             s->off = s->out.len = 0;
             if (s->out.cap > KEEP_BYTES) { /* a stream that caught up keeps no MiB-sized buffer */
@@ -674,7 +705,7 @@ void live_open(live_hub *h, struct MHD_Connection *c, long job, reply *r) {
     s->job = job;
     jw_init(&s->out);
     jw_init(&s->stage);
-    s->last_write_ns = pp_now_ns();
+    s->last_write_ns = s->took_ns = pp_now_ns();
     const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
     if (last && *last) {
         if (parse_cursor(last, s) != 0) {
@@ -689,11 +720,10 @@ void live_open(live_hub *h, struct MHD_Connection *c, long job, reply *r) {
      * place, and none is added once live_end_all has begun (its connection
      * would stay suspended past MHD_stop_daemon). */
     pthread_mutex_lock(&h->mu);
-    int stopping = h->stop, full = h->nsubs >= MAX_STREAMS;
+    int stopping = h->stop, full = open_streams(h) >= MAX_STREAMS;
     if (!stopping && !full) {
         s->next = h->subs;
         h->subs = s;
-        h->nsubs++;
         pthread_cond_signal(&h->cv); /* first poll now: the hello goes out at once */
     }
     pthread_mutex_unlock(&h->mu);
@@ -742,6 +772,13 @@ void live_free(live_hub *h) {
     free(h);
 }
 
+unsigned long long live_stalled(live_hub *h) {
+    pthread_mutex_lock(&h->mu);
+    unsigned long long n = h->stalled;
+    pthread_mutex_unlock(&h->mu);
+    return n;
+}
+
 size_t live_unsent(live_hub *h) {
     pthread_mutex_lock(&h->mu);
     size_t n = 0;
@@ -752,7 +789,7 @@ size_t live_unsent(live_hub *h) {
 
 int live_count(live_hub *h) {
     pthread_mutex_lock(&h->mu);
-    int n = h->nsubs;
+    int n = open_streams(h);
     pthread_mutex_unlock(&h->mu);
     return n;
 }

@@ -20,9 +20,13 @@ void live_open(live_hub *h, struct MHD_Connection *c, long job, reply *r);
 /* Ends every stream (resumes suspended connections); call before MHD_stop_daemon. */
 void live_end_all(live_hub *h);
 void live_free(live_hub *h);
+/* Streams open (not ended), at most 256. */
 int live_count(live_hub *h);
 /* Bytes of stream messages not yet taken by their clients, all streams. */
 size_t live_unsent(live_hub *h);
+/* Streams ended because their clients took nothing while the budget of
+ * unsent bytes was full (live.c), since the server started. */
+unsigned long long live_stalled(live_hub *h);
 
 /* The live stream's new events of job ?1 after id ?2 up to id ?3, times
  * minus ?4 (t0), at most ?5. `+job_id` keeps SQLite off the job indexes:

@@ -44,6 +44,7 @@ enum {
     SRV_SLOW_CLOSED,
     SRV_LIVE,
     SRV_LIVE_UNSENT,
+    SRV_LIVE_STALLED,
     SRV_SQL_RUNNING,
     SRV_SQL_WAITING,
     SRV_TRACES_RUNNING,
@@ -59,6 +60,9 @@ static const metric server_metrics[SRV_NUMBERS] = {
     [SRV_LIVE_UNSENT] = {"pprun_live_unsent_bytes", "gauge",
                          "Bytes of live-stream messages their clients have not read yet, all streams (bounded: "
                          "docs/api.md)."},
+    [SRV_LIVE_STALLED] = {"pprun_live_streams_stalled_total", "counter",
+                          "Live streams ended because their clients took nothing for 5 s while the unsent bytes "
+                          "were at their bound (a client resumes with Last-Event-ID)."},
     [SRV_SQL_RUNNING] = {"pprun_sql_queries_running", "gauge", "POST /api/sql queries running on the SQL workers."},
     [SRV_SQL_WAITING] = {"pprun_sql_queries_waiting", "gauge",
                          "POST /api/sql queries waiting for a worker (past the queue: 503 busy)."},
@@ -270,6 +274,7 @@ static void write_server(jw *w, http_server *s) {
     v[SRV_SLOW_CLOSED] = atomic_load(&s->reaper.closed);
     v[SRV_LIVE] = (unsigned long long)live_count(s->live);
     v[SRV_LIVE_UNSENT] = live_unsent(s->live);
+    v[SRV_LIVE_STALLED] = live_stalled(s->live);
     sqlpool_count(s->sql, &running, &waiting);
     v[SRV_SQL_RUNNING] = running;
     v[SRV_SQL_WAITING] = waiting;
