@@ -75,6 +75,15 @@ static int compare_read_config(sqlite3 *db, int64_t job, compare_config *cfg, pp
     return rc == SQLITE_ROW ? 0 : pp_fail(err, "database error: %s", sqlite3_errmsg(db));
 }
 
+/* A --dp the program's plan does not follow ran as one pipeline
+ * (summary_dp): its value says so, as pprun stats does, rather than the
+ * option alone. */
+static void compare_note_layout(compare_config *cfg, const job_summary *s) {
+    for (int k = 0; k < COMPARE_FIELDS; k++)
+        if (s->dp_unlaid && cfg->recorded[k] && strcmp(compare_fields[k].what, "pipelines (--dp)") == 0)
+            snprintf(cfg->value[k], sizeof cfg->value[k], "1 (--dp %d is not the program's layout)", s->dp_unlaid);
+}
+
 /* Which of ow's rows played the schedule jw's job ran, or why none did;
  * `bounded` (NULL unless the job ran under --max-mem) is the job's own
  * order played at ow's costs, which stands for it instead. */
@@ -246,6 +255,8 @@ int compare_read(sqlite3 *db, const job_summary *js, const whatif_report *jw, co
     if (!a) return pp_fail(err, "out of memory");
     int rc = -1;
     if (compare_read_config(db, c->job, a, err) != 0 || compare_read_config(db, c->other, b, err) != 0) goto out;
+    compare_note_layout(a, js);
+    compare_note_layout(b, os);
     for (int k = 0; k < COMPARE_FIELDS; k++) {
         if (!a->recorded[k] || !b->recorded[k] || strcmp(a->value[k], b->value[k]) == 0) continue;
         compare_diff *d = &c->diffs[c->ndiffs++];

@@ -371,6 +371,24 @@ Test(compare, fixture_numbers_exactly, .timeout = 60) {
     fixture_remove(path);
 }
 
+/* A --dp the program's plan does not follow (the fixture's one pipeline of
+ * 4 ranks, config dp 2) is compared as the one pipeline it ran, saying so. */
+Test(compare, a_dp_the_plan_does_not_follow_is_compared_as_one_pipeline, .timeout = 60) {
+    char path[256];
+    pp_err err;
+    fixture_fresh(path, sizeof path, "compare-unlaid", 3, "succeeded");
+    cr_assert_eq(fixture_add_gpu_job(path, &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_exec(path,
+                              "UPDATE jobs SET config_json = json_set(config_json, '$.dp', CASE id WHEN 1 THEN 2 "
+                              "ELSE 1 END)",
+                              &err),
+                 0, "%s", err.msg);
+    lt_proc p = stats(path, NULL, "1");
+    lt_assert_has(p.out, "differs    pipelines (--dp): 1 (--dp 2 is not the program's layout) in job 1, 1 in job 2\n");
+    lt_free(&p);
+    fixture_remove(path);
+}
+
 Test(compare, bad_vs_exits_2_naming_it, .timeout = 60) {
     char path[256];
     fixture_fresh(path, sizeof path, "compare-bad", 1, "succeeded");
