@@ -525,9 +525,9 @@ static int open_streams(live_hub *h) {
 
 /* The budget is full (under mu): ends every stream that holds unsent
  * messages and whose client has taken none for LIVE_STALL_NS, dropping
- * them; returns the bytes freed. A stream holding bytes is never suspended: its connection
- * ends when MHD next asks it for bytes, once its client reads, or at the
- * idle timeout. */
+ * them; returns the bytes freed. A stream holding bytes is never
+ * suspended: its connection ends when MHD next asks it for bytes, once its
+ * client reads, or at the idle timeout. */
 static size_t end_stalled(live_hub *h, uint64_t now) {
     size_t freed = 0;
     for (live_sub *s = h->subs; s; s = s->next) {
