@@ -75,6 +75,7 @@ static int count(const char *text, const char *what) {
 typedef struct mps_job {
     char dir[256], bin[320], tmp[320], log[320], out[320], db[320];
     int left; /* processes of the stand-in found (and killed) when the latest job ended */
+    char left_what[1024]; /* each one's pid, state and command line */
 } mps_job;
 
 static void job_init(mps_job *j, const char *name, int standin) {
@@ -110,7 +111,7 @@ static void job_command(const mps_job *j, const char *env, const char *args, cha
     cr_assert(n >= 0 && (size_t)n < cap, "the job's command is longer than %zu bytes", cap);
 }
 
-static int standin_processes(const mps_job *j, int kill_them);
+static int standin_processes(mps_job *j, int kill_them);
 
 /* Runs the job to its end; its exit status. */
 static int job_run(mps_job *j, const char *env, const char *args) {
@@ -123,30 +124,13 @@ static int job_run(mps_job *j, const char *env, const char *args) {
 
 /* How many processes of this test's stand-in there are: every process its
  * job started inherits MPS_STANDIN_LOG=<this test's log> (the daemon, the
- * `sleep` of its slow start, a client), however its command line reads or
- * whichever session it is in; the job's own processes are gone when this
- * is asked. With kill_them each is killed, so that a failed test leaves
- * none. */
-static int standin_processes(const mps_job *j, int kill_them) {
-    int n = 0;
+ * `sleep` of its slow start, a client); the job's own processes are gone
+ * when this is asked. With kill_them each is killed, so that a failed test
+ * leaves none. */
+static int standin_processes(mps_job *j, int kill_them) {
     char want[400];
-    size_t wlen = (size_t)snprintf(want, sizeof want, "MPS_STANDIN_LOG=%s", j->log) + 1; /* with its NUL */
-    static char env[1 << 16];
-    DIR *d = opendir("/proc");
-    for (struct dirent *e; d && (e = readdir(d));) {
-        char path[300];
-        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        size_t len = fread(env, 1, sizeof env, f);
-        fclose(f);
-        int found = 0;
-        for (size_t at = 0; at + wlen <= len && !found; at += strnlen(env + at, len - at) + 1)
-            found = memcmp(env + at, want, wlen) == 0;
-        if (found && atoi(e->d_name) != getpid() && (!kill_them || kill(atoi(e->d_name), SIGKILL) == 0)) n++;
-    }
-    if (d) closedir(d);
-    return n;
+    snprintf(want, sizeof want, "MPS_STANDIN_LOG=%s", j->log);
+    return tfix_processes_with_env(want, kill_them, j->left_what, sizeof j->left_what);
 }
 
 static int folder_entries(const char *path) {
@@ -185,7 +169,7 @@ static const char *job_stats(const mps_job *j) {
 
 /* After any job: no process of the daemon, nothing in TMPDIR. */
 static void nothing_left(const mps_job *j) {
-    cr_assert_eq(j->left, 0, "a process of the stand-in daemon was left");
+    cr_assert_eq(j->left, 0, "a process the job started was left: %s", j->left_what);
     cr_assert_eq(folder_entries(j->tmp), 0, "the private folder is left in %s", j->tmp);
 }
 

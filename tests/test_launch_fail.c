@@ -704,6 +704,23 @@ Test(launch_fail, sigkilled_launcher_leaves_no_grandchild_behind, .timeout = 90)
     lt_free(&p);
 }
 
+/* Nothing of pprun launch outlives it, its guard included: a batch system
+ * or a script that looks as soon as it exits finds none of its processes
+ * (each found by a variable in its environment). The guard ends a moment
+ * after the goodbye; a launcher that did not wait for it left it to be
+ * found on a busy machine (docs/launch.md, "A launcher that is killed"). */
+Test(launch_fail, no_process_of_a_launcher_outlives_it, .timeout = 60) {
+    char mark[600], left[1024];
+    snprintf(mark, sizeof mark, "PPRUN_TEST_MARK=%s", tfix_path("mark"));
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--", "true", NULL}, *env[] = {mark, NULL};
+    lt_proc p;
+    lt_run(&p, args, env);
+    int n = tfix_processes_with_env(mark, 1, left, sizeof left);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert_eq(n, 0, "left after pprun launch exited: %s", left);
+    lt_free(&p);
+}
+
 /* A launcher (a child of this test) with a guard and a will: a shell that
  * copies descriptor 3 into `out`. The first will is replaced by a second
  * before the launcher dies by SIGKILL, or says goodbye. The descriptor is

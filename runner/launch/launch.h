@@ -305,8 +305,8 @@ int launch_guard_start(launch_guard **out, pp_err *err);
  * leaves none. The guard keeps its own copies of fds (a memfd stays alive
  * with it). */
 int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nfds, pp_err *err);
-/* The launcher is done: the guard exits, killing and running nothing.
- * Frees g (NULL: nothing). */
+/* The launcher is done: the guard exits, killing and running nothing;
+ * returns once it is gone (2 s at most). Frees g (NULL: nothing). */
 void launch_guard_stop(launch_guard *g);
 /* A process group the guard SIGKILLs too when the launcher dies (pgid >
  * 0): each rank's, which launch_job notes, or a helper's the caller

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -350,6 +351,7 @@ typedef struct guard_msg {
 #define GUARD_WILL_ARGS 256
 #define GUARD_WILL_FDS LAUNCH_MAX_NPROC
 #define GUARD_FDS_PER_MSG 200 /* one message carries at most SCM_MAX_FD (253) */
+#define GUARD_BYE_NS 2000000000ull /* for the guard to exit once told goodbye */
 
 struct launch_guard {
     int fd; /* the launcher's end of the socket */
@@ -584,7 +586,20 @@ int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nf
 
 void launch_guard_stop(launch_guard *g) {
     if (!g) return;
-    guard_send(g, GUARD_BYE, 0, NULL, 0, NULL, 0, 0);
+    /* Then waits for the guard to be gone, so that none of the launcher's
+     * processes outlives it (whoever counts them when it exits, a test or
+     * a batch system, finds none). Its end of the socket closes as it
+     * exits, after its memory (and so its environment) is gone; it never
+     * writes, so the socket turns readable only then. Bounded: a guard
+     * stopped by a debugger does not hold the launcher. */
+    if (guard_send(g, GUARD_BYE, 0, NULL, 0, NULL, 0, 0) == 0) {
+        uint64_t deadline = pp_now_ns() + GUARD_BYE_NS;
+        struct pollfd p = {.fd = g->fd, .events = POLLIN};
+        for (uint64_t now; (now = pp_now_ns()) < deadline;) {
+            int n = poll(&p, 1, (int)((deadline - now) / 1000000 + 1));
+            if (n > 0 || (n < 0 && errno != EINTR)) break;
+        }
+    }
     close(g->fd);
     free(g);
 }

@@ -15,7 +15,9 @@
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +186,46 @@ void tfix_hold_to_one_cpu(cpu_set_t *all) {
     for (int c = 0; c < CPU_SETSIZE && !CPU_COUNT(&one); c++)
         if (CPU_ISSET(c, all)) CPU_SET(c, &one);
     cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+}
+
+/* The first cap-1 bytes of /proc/PID/name, NULs as spaces, into out. */
+static void proc_text(const char *pid, const char *name, char *out, size_t cap) {
+    char path[300];
+    snprintf(path, sizeof path, "/proc/%s/%s", pid, name);
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(out, 1, cap - 1, f) : 0;
+    if (f) fclose(f);
+    for (size_t i = 0; i < got; i++)
+        out[i] = out[i] && out[i] != '\n' ? out[i] : ' ';
+    out[got] = '\0';
+}
+
+int tfix_processes_with_env(const char *entry, int kill_them, char *what, size_t cap) {
+    static char env[1 << 16];
+    size_t want = strlen(entry) + 1; /* with its NUL */
+    int n = 0;
+    what[0] = '\0';
+    DIR *d = opendir("/proc");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[300];
+        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        size_t len = fread(env, 1, sizeof env, f);
+        fclose(f);
+        int found = 0;
+        for (size_t at = 0; at + want <= len && !found; at += strnlen(env + at, len - at) + 1)
+            found = memcmp(env + at, entry, want) == 0;
+        if (!found || atoi(e->d_name) == getpid()) continue;
+        char cmd[200], stat[60];
+        proc_text(e->d_name, "cmdline", cmd, sizeof cmd);
+        proc_text(e->d_name, "stat", stat, sizeof stat);
+        size_t at = strlen(what);
+        snprintf(what + at, cap - at, "[pid %s: %s; stat %s] ", e->d_name, cmd, stat);
+        if (!kill_them || kill(atoi(e->d_name), SIGKILL) == 0) n++;
+    }
+    if (d) closedir(d);
+    return n;
 }
 
 void tfix_stretch_failed_attempt(const char *path, const char *rows) {

@@ -64,4 +64,12 @@ struct cJSON *tfix_stats_json(const char *pprun, const char *path);
  * to put back (sched_setaffinity(0, sizeof *all, all)). */
 void tfix_hold_to_one_cpu(cpu_set_t *all);
 
+/* How many processes other than this one have `entry` ("NAME=value") in
+ * their environment: a test sets a variable no one else has before it
+ * starts a job, so that whatever the job started, however its command
+ * line reads or whichever session it is in, is found. With kill_them each
+ * is SIGKILLed (a failed test leaves none). Each one's pid, state and
+ * command line go into what (cap bytes). */
+int tfix_processes_with_env(const char *entry, int kill_them, char *what, size_t cap);
+
 #endif
