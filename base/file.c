@@ -46,9 +46,18 @@ static int too_big(const char *path, const char *what, uint64_t size, uint64_t m
 /* /proc and /sys: their files say they are regular, with a size that is
  * not what reading them yields (0, 4096), or say nothing true at all
  * (/proc/self/mem, /proc/kcore). */
+static int is_pseudo_fs(const struct statfs *fs) {
+    return fs->f_type == PROC_SUPER_MAGIC || fs->f_type == SYSFS_MAGIC;
+}
+
 static int is_pseudo_file(int fd) {
     struct statfs fs;
-    return fstatfs(fd, &fs) == 0 && (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC);
+    return fstatfs(fd, &fs) == 0 && is_pseudo_fs(&fs);
+}
+
+int file_is_pseudo(const char *path) {
+    struct statfs fs;
+    return statfs(path, &fs) == 0 && is_pseudo_fs(&fs);
 }
 
 int file_input_open(const char *path, const char *what, uint64_t max_bytes, FILE **f, uint64_t *size, pp_err *err) {
@@ -151,6 +160,12 @@ static int open_target(const char *path, const char *what, char *name, size_t nc
     } else if (errno != ENOENT) {
         rc = pp_fail(err, "%s %s: %s", what, path, strerror(errno));
     }
+    /* root may write there: a file of /sys that SQLite or a checkpoint
+     * took for theirs would set the kernel's knob */
+    struct statfs fs;
+    if (rc == 0 && fstatfs(dfd, &fs) == 0 && is_pseudo_fs(&fs))
+        rc = pp_fail(err, "%s %s: %s is a folder of /proc or /sys, not of files (pprun writes only regular files)",
+                     what, path, dir);
     if (rc == 0 && faccessat(dfd, ".", W_OK, AT_EACCESS) != 0)
         rc = pp_fail(err, "%s %s: cannot write in the folder %s: %s", what, path, dir, strerror(errno));
     if (rc != 0) {

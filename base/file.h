@@ -24,6 +24,9 @@ const char *file_kind(unsigned mode);
  * and the cap. *f is the file open for reading (the caller closes it);
  * size, when not NULL, gets its size. */
 int file_input_open(const char *path, const char *what, uint64_t max_bytes, FILE **f, uint64_t *size, pp_err *err);
+/* Whether path is on /proc or /sys (their files' sizes are not what
+ * reading them yields): for a reader that opens by path (SQLite). */
+int file_is_pseudo(const char *path);
 /* file_input_open, then the whole file into *buf (malloc'ed, NUL-terminated;
  * the caller frees it); what reading yields counts against max_bytes too. */
 int file_input_read(const char *path, const char *what, size_t max_bytes, char **buf, size_t *len, pp_err *err);

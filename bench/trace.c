@@ -248,7 +248,7 @@ int main(int argc, char **argv) {
     int steps = (int)(query / per_step);
     /* Timeline window: 1% of the job's time, every rank, as the dashboard asks. */
     sqlite3 *rd;
-    db_open_readonly(real, &rd, &err);
+    db_open_readonly("--db", real, &rd, &err);
     /* [0]: a window naming no source; [1]: the dashboard's
      * (web/routes_timeline.c), host spans only; both through event_runs
      * (docs/schema.md, "Timeline window"). */

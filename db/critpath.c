@@ -345,15 +345,19 @@ int critpath_read(sqlite3 *db, int64_t job, int ranks, critpath_report *r, pp_er
     if (!(r->t.op_ns = calloc(ranks > 0 ? (size_t)ranks : 1, sizeof *r->t.op_ns)))
         return pp_fail(err, "out of memory reading the critical path");
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT step FROM (" SQL_COMPLETE_STEPS("") ") ORDER BY step DESC LIMIT ?2", -1, &st,
-                           NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db,
+                           "SELECT step, (SELECT min(step) FROM step_stats WHERE job_id=?1) FROM (" SQL_COMPLETE_STEPS(
+                               "") ") ORDER BY step DESC LIMIT ?2",
+                           -1, &st, NULL) != SQLITE_OK)
         return pp_fail(err, "reading the critical path: %s", sqlite3_errmsg(db));
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int(st, 2, CRITPATH_STEPS + 1);
     int steps[CRITPATH_STEPS + 1], n = 0, rc;
+    int64_t first = 0; /* the job's first step */
     while (n <= CRITPATH_STEPS && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t step = 0; /* read wide: an int would wrap a forged 2^32 + 1 to step 1 */
-        if (bounds_col(st, 0, &bounds_step, job, "step_totals.step", &step, err) != 0) {
+        if (bounds_col(st, 0, &bounds_step, job, "step_totals.step", &step, err) != 0 ||
+            bounds_col(st, 1, &bounds_step, job, "step_stats.step", &first, err) != 0) {
             sqlite3_finalize(st);
             return -1;
         }
@@ -362,7 +366,8 @@ int critpath_read(sqlite3 *db, int64_t job, int ranks, critpath_report *r, pp_er
     sqlite3_finalize(st);
     if (n <= CRITPATH_STEPS && rc != SQLITE_DONE)
         return pp_fail(err, "reading the critical path: %s", sqlite3_errstr(rc));
-    if (n > 1 && steps[n - 1] == 0) n--; /* step 0 pays for start-up: only when it is all there is */
+    /* the job's first step, 0 or a resumed job's, pays for start-up: only when it is all there is */
+    if (n > 1 && steps[n - 1] == first) n--;
     if (n > CRITPATH_STEPS) n = CRITPATH_STEPS;
     for (int i = 0; i < n; i++) {
         critpath_path p;

@@ -541,6 +541,7 @@ int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
     /* Before SQLite opens it: a FIFO would hang the open, a device be read as
      * a database (file_kind names it as the file helpers of base/ do). */
     if (!S_ISREG(st.st_mode)) return pp_fail(err, "is %s, not a database file", file_kind(st.st_mode));
+    if (file_is_pseudo(path)) return pp_fail(err, "is a pseudo-file of /proc or /sys, not a database file");
     if (access(path, R_OK) != 0) return pp_fail(err, "cannot read it: %s", strerror(errno));
     /* A WAL file is read through its -shm index, which a reader creates
      * (with the -wal) when the last writer has gone and removed them. With
@@ -607,18 +608,20 @@ void db_reader_close(sqlite3 *sql) {
     sqlite3_close(rw);
 }
 
-int db_open_readonly(const char *path, sqlite3 **out, pp_err *err) {
+int db_open_readonly(const char *what, const char *path, sqlite3 **out, pp_err *err) {
+    char named[4200]; /* "--db PATH", as the messages of base/file.h start */
+    snprintf(named, sizeof named, "%s %s", what, path);
     sqlite3 *sql;
-    if (db_connect_readonly(path, &sql, err) != 0) return pp_wrap(err, "%s", path);
+    if (db_connect_readonly(path, &sql, err) != 0) return pp_wrap(err, "%s", named);
     sqlite3_busy_timeout(sql, 5000);
     int64_t version;
-    if (db_check_version(sql, path, &version, err) != 0) {
+    if (db_check_version(sql, named, &version, err) != 0) {
         db_reader_close(sql);
         return -1;
     }
     if (version == 0) {
         db_reader_close(sql);
-        return pp_fail(err, "%s: empty file, not a pprun trace database", path);
+        return pp_fail(err, "%s: empty file, not a pprun trace database", named);
     }
     if (db_reader_init(sql, err) != 0) {
         db_reader_close(sql);

@@ -121,11 +121,14 @@ int db_check_path(const db *d, pp_err *err);
 
 /* Read-only connection for readers (export, serve): checks the file is a
  * pprun database of a version this build understands, and gives a file of
- * an older version the columns it lacks (db_reader_init). Close with
- * db_reader_close. */
-int db_open_readonly(const char *path, sqlite3 **out, pp_err *err);
+ * an older version the columns it lacks (db_reader_init). Its messages
+ * start "WHAT PATH:", WHAT the flag that named it ("--db"), as base/file.h's.
+ * Close with db_reader_close. */
+int db_open_readonly(const char *what, const char *path, sqlite3 **out, pp_err *err);
 /* Only the read-only connection, for readers that check the file their own
- * way (usersql): a database in a directory this process may not write, with
+ * way (usersql); a path that is no regular file, or a pseudo-file of /proc
+ * or /sys, is refused saying what it is (its messages do not name it): a
+ * database in a directory this process may not write, with
  * no -wal file beside it, is opened immutable (nothing else can be writing
  * it). Close with db_reader_close. */
 int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err);

@@ -84,8 +84,9 @@ int summary_plan(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *pe
 
 static int read_job(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare(db, "SELECT world_size, " SQL_JOB_STATUS("") ", (SELECT max(step) > 0 FROM step_stats WHERE job_id=?1) "
-                    "FROM jobs WHERE id=?1",
+    if (prepare(db,
+                "SELECT world_size, (SELECT min(step) FROM step_stats WHERE job_id=?1),"
+                " (SELECT max(step) FROM step_stats WHERE job_id=?1), " SQL_JOB_STATUS("") " FROM jobs WHERE id=?1",
                 s->job_id, &st, err) != 0)
         return -1;
     int rc = sqlite3_step(st);
@@ -97,14 +98,19 @@ static int read_job(sqlite3 *db, job_summary *s, pp_err *err) {
     }
     /* read wide, named as the file holds it (a forged 2^31 or 1e300, not an int it wrapped to), in the
      * words every reader uses (db/bounds.h) */
-    int64_t world = 0;
-    if (bounds_col(st, 0, &bounds_world, s->job_id, "jobs.world_size", &world, err) != 0) {
+    int64_t world = 0, first = 0, last = 0; /* no steps yet: NULL, read as 0 */
+    if (bounds_col(st, 0, &bounds_world, s->job_id, "jobs.world_size", &world, err) != 0 ||
+        bounds_col(st, 1, &bounds_step, s->job_id, "step_stats.step", &first, err) != 0 ||
+        bounds_col(st, 2, &bounds_step, s->job_id, "step_stats.step", &last, err) != 0) {
         sqlite3_finalize(st);
         return -1;
     }
-    const unsigned char *status = sqlite3_column_text(st, 1);
+    const unsigned char *status = sqlite3_column_text(st, 3);
     snprintf(s->status, sizeof s->status, "%s", status ? (const char *)status : "");
-    s->from_step = sqlite3_column_int(st, 2);
+    /* the job's first step, step 0 or a resumed job's, pays for start-up:
+     * left out once there is a later one */
+    s->first_step = (int)first;
+    s->from_step = (int)(last > first ? first + 1 : first);
     sqlite3_finalize(st);
     s->world = (int)world;
     return 0;

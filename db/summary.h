@@ -66,7 +66,8 @@ typedef struct job_summary {
     int64_t job_id;
     int world;              /* jobs.world_size */
     char status[16];        /* jobs.status */
-    int from_step;          /* 1 once there is a step 1: step 0 pays for start-up */
+    int first_step;         /* the job's first step: 0, or a resumed job's (--resume, --init-from) */
+    int from_step;          /* the step after it once there is one: the first pays for start-up */
     int64_t steps;          /* complete steps from from_step on */
     int64_t step_time_ns;   /* their median span; -1 without steps */
     int64_t between_ns;     /* median time from a complete step's end to the next one's start (a program's own

@@ -561,7 +561,7 @@ static const char *schema_verb(const char *sql) {
 
 int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
     sqlite3 *db;
-    if (db_connect_readonly(db_path, &db, err) != 0) return pp_wrap(err, "%s", db_path);
+    if (db_connect_readonly(db_path, &db, err) != 0) return pp_wrap(err, "--db %s", db_path);
     sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int *)0);
     sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)0);
     sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)0);

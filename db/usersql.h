@@ -71,7 +71,9 @@ int usersql_run_on(struct sqlite3 *db, const char *sql, const usersql_limits *li
 
 /* Opens db_path read-only for user SQL (no extension loading, defensive;
  * values of 16 MiB at most; LIKE, GLOB, trim, instr and replace gated by
- * their operands' size, printf and format by their widths and precisions). */
+ * their operands' size, printf and format by their widths and precisions).
+ * Its messages start "--db PATH:": the user SQL of pprun query and of the
+ * dashboard runs on the --db they were given. */
 int usersql_open(const char *db_path, struct sqlite3 **out, pp_err *err);
 
 void usersql_free(usersql_result *r);

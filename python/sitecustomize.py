@@ -5,7 +5,8 @@ where only `pprun run` and `pprun launch` put this directory
 With tracing on (the launcher gave this rank a trace ring, PPRUN_TRACE_FD,
 and this process holds it: _own_ring) it puts a finder first on sys.meta_path that answers for one module,
 torch.distributed.pipelining: the usual finders find it, and once it has
-run, pprun.torch instruments it (and the finder leaves the path). Every
+run, pprun.torch instruments it (and the finder leaves the path; a child
+forked before that never has it). Every
 other import is passed on after one string comparison; a program that
 never imports torch's pipelining loads nothing of pprun's, not even its
 package. Then the sitecustomize this file shadows (Debian ships one) runs,
@@ -109,7 +110,17 @@ def _own_ring():
     return identity is None or identity == "%d:%d" % (st.st_dev, st.st_ino)
 
 
+def _drop_finder():
+    """In a child forked before torch's pipelining was imported (a
+    multiprocessing pool made early): the child is no rank, and its import
+    of pipelining must not load pprun's tracer, which would take the rank's
+    ring from the process that trains (docs/torch.md). A child forked later
+    drops the tracer itself (pprun.torch)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_PprunFinder"]
+
+
 # One finder, whichever copy runs first (the others never run: above).
 if _own_ring() and not any(type(f).__name__ == "_PprunFinder" for f in sys.meta_path):
     sys.meta_path.insert(0, _PprunFinder())
+    os.register_at_fork(after_in_child=_drop_finder)
 _run_shadowed()

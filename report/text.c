@@ -247,9 +247,11 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     report_job_line(out, db, s);
     if (!s->steps) /* "yet" only while it may come: a job that ended ran none (an evaluation is no step) */
         fprintf(out, "steps      %s\n", strcmp(s->status, "running") == 0 ? "none complete yet" : "none complete");
-    else
-        fprintf(out, "steps      %lld complete from step %d%s\n", (long long)s->steps, s->from_step,
-                s->from_step ? " (step 0 pays for start-up)" : "");
+    else {
+        fprintf(out, "steps      %lld complete from step %d", (long long)s->steps, s->from_step);
+        if (s->from_step > s->first_step) fprintf(out, " (step %d pays for start-up)", s->first_step);
+        fputc('\n', out);
+    }
     fprintf(out, "step time  %s (median)\n", fmt_ns(a, sizeof a, (double)s->step_time_ns));
     /* what a step's span leaves out: a program's data loading between its
      * schedule.step() calls makes the loop slower than its steps */

@@ -299,8 +299,8 @@ int sched_parse_max_mem(const char *text, const char *what, double *max, int *by
     char last = text[strlen(text) - 1];
     if ((last >= '0' && last <= '9') || last == '.' || strpbrk(text, "xX")) /* 0x1F: a hex number, no unit */
         return pp_fail(err,
-                       "%s: '%s' is neither a whole number of microbatch-stages per rank (6) nor bytes with a "
-                       "unit (64MiB, 1.5GB)",
+                       "%s: '%s' is neither a whole number of microbatch-stages per rank (such as 6) nor bytes "
+                       "with a unit (such as 64MiB or 1.5GiB)",
                        what, text);
     uint64_t b;
     if (pp_parse_size(text, what, &b, err) != 0) return -1;

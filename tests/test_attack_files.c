@@ -293,6 +293,26 @@ Test(attack, a_special_file_at_an_output_is_refused_and_left_as_it_is) {
     }
 }
 
+/* A file pprun would make in a folder of /proc or /sys (root may write
+ * some there: a knob of the kernel, which SQLite or a checkpoint would
+ * have written over) is refused, naming the folder, and nothing is made. */
+Test(attack, an_output_in_a_folder_of_proc_or_sys_is_refused) {
+    wipe();
+    make_db();
+    const char *given = "/sys/kernel/pprun-attack-o";
+    for (size_t i = 0; i < NOUTPUTS; i++) {
+        const output *o = &outputs[i];
+        if (o->makes_folders || strncmp(o->attacked, "%s-", 3) == 0) continue; /* --log-dir: mkdir refuses there */
+        char args[2048];
+        snprintf(args, sizeof args, o->args, given);
+        int rc = run_in("", NULL, args);
+        cr_assert_eq(rc, o->refused, "%s in /sys: exit %d:\n%s", o->flag, rc, out);
+        cr_assert(strstr(out, o->flag) && strstr(out, given) && strstr(out, "/sys/kernel is a folder of /proc or /sys"),
+                  "%s in /sys:\n%s", o->flag, out);
+        cr_assert_neq(access(given, F_OK), 0, "%s: %s was made", o->flag, given);
+    }
+}
+
 /* A path in a folder that is not there, and one in a folder that cannot be
  * written (as root: run without CAP_DAC_OVERRIDE, so that the folder's mode
  * counts). Nothing is created. */
@@ -452,7 +472,7 @@ typedef struct input {
     const char *flag; /* named in the refusal */
     const char *args; /* pprun's arguments, %s the file */
     uint64_t cap;     /* a file past this many bytes is refused; 0: no cap */
-    int sqlite;       /* a database: SQLite words the rest (a missing file, /proc) */
+    int sqlite;       /* a database: a missing file is "no such file" */
 } input;
 
 static const input inputs[] = {
@@ -463,16 +483,17 @@ static const input inputs[] = {
     {"--rdzv-token-file", "launch --rdzv-token-file %s -- true", 320, 0},
     {"--rdzv-token-file", "run " TIMED " --trace off --rdzv-token-file %s", 320, 0},
     {"--schedule-costs", "run " TIMED " --trace off --schedule zb-v --schedule-costs %s", 0, 1},
-    {"pprun stats", "stats --db %s", 0, 1},
-    {"pprun query", "query --db %s 'SELECT 1'", 0, 1},
-    {"pprun export", "export --db %s", 0, 1},
-    {"pprun serve", "serve --db %s --listen 127.0.0.1:0", 0, 1},
+    {"--db", "stats --db %s", 0, 1},
+    {"--db", "query --db %s 'SELECT 1'", 0, 1},
+    {"--db", "export --db %s", 0, 1},
+    {"--db", "serve --db %s --listen 127.0.0.1:0", 0, 1},
 };
 #define NINPUTS (sizeof inputs / sizeof inputs[0])
 
-enum bad_input { ZERO_DEVICE, IN_FIFO, IN_DIRECTORY, PROC_MEM, OVER_CAP, MISSING, NBAD };
-static const char *const bad_name[] = {"a zero device",       "a FIFO",        "a directory", "/proc/self/mem",
-                                       "a file over the cap", "a missing file"};
+enum bad_input { ZERO_DEVICE, IN_FIFO, IN_DIRECTORY, PROC_MEM, PROC_STATUS, OVER_CAP, MISSING, NBAD };
+static const char *const bad_name[] = {
+    "a zero device",       "a FIFO",        "a directory", "/proc/self/mem", "/proc/self/status",
+    "a file over the cap", "a missing file"};
 
 /* Each input as each bad file: refused with exit 2 in well under the 20 s
  * limit (the code before read /dev/zero until the kernel killed it, and
@@ -486,11 +507,14 @@ Test(attack, a_bad_input_is_refused_at_once) {
         for (int b = 0; b < NBAD; b++) {
             if (b == OVER_CAP && !in->cap) continue;
             wipe();
-            const char *path = b == PROC_MEM ? "/proc/self/mem" : "in";
+            /* /proc/self/status says it is a regular file of 0 bytes, which
+             * SQLite took for an empty database: pprun query ran on it */
+            int proc = b == PROC_MEM || b == PROC_STATUS;
+            const char *path = b == PROC_MEM ? "/proc/self/mem" : b == PROC_STATUS ? "/proc/self/status" : "in";
             const char *words = b == ZERO_DEVICE    ? "is a character device"
                                 : b == IN_FIFO      ? "is a FIFO"
                                 : b == IN_DIRECTORY ? "is a directory"
-                                : b == PROC_MEM     ? (in->sqlite ? "" : "is a pseudo-file of /proc or /sys")
+                                : proc              ? "is a pseudo-file of /proc or /sys"
                                 : b == OVER_CAP     ? "over the cap of"
                                 : in->sqlite        ? "no such file"
                                                     : "cannot open: No such file";
@@ -503,14 +527,14 @@ Test(attack, a_bad_input_is_refused_at_once) {
                 close(fd);
             }
             char *before = listing();
-            snap s0 = take(b == PROC_MEM ? path : at("in"));
+            snap s0 = take(proc ? path : at("in"));
             char args[2048];
             snprintf(args, sizeof args, in->args, path);
             int rc = pprun("%s", args);
             cr_assert_eq(rc, 2, "%s %s: exit %d (124: it hung):\n%s", in->flag, bad_name[b], rc, out);
             cr_assert(strstr(out, in->flag) && strstr(out, path) && strcasestr(out, words),
                       "%s %s: the refusal does not say '%s':\n%s", in->flag, bad_name[b], words, out);
-            if (b != PROC_MEM) {
+            if (!proc) {
                 snap s1 = take(at("in"));
                 assert_same(&s0, &s1, bad_name[b]);
             }

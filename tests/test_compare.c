@@ -70,7 +70,7 @@ static void whatif_time_of(const char *out, const char *name, char *buf, size_t 
 static sqlite3 *open_db(const char *path) {
     sqlite3 *sql;
     pp_err err;
-    cr_assert_eq(db_open_readonly(path, &sql, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &sql, &err), 0, "%s", err.msg);
     return sql;
 }
 

@@ -355,7 +355,7 @@ Test(critpath, the_fixtures_1f1b_step_op_by_op, .timeout = 60) {
     sqlite3 *db;
     critpath_path p;
     pp_err err;
-    cr_assert_eq(db_open_readonly(path, &db, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &db, &err), 0, "%s", err.msg);
     cr_assert_eq(critpath_step(db, 1, 1, &p, &err), 0, "%s", err.msg);
     cr_assert_eq(p.n, 3 + 23 + 3 + 2);
     for (int s = 0; s < 3; s++) assert_op(&p, (size_t)s, s, TRACE_F, s, s == 0 ? CRITPATH_FIRST : CRITPATH_DATA);

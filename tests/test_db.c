@@ -86,7 +86,7 @@ Test(db, refuses_a_newer_schema_and_foreign_files_naming_them) {
     fclose(f);
     cr_assert_eq(db_open(tfix_path("text.db"), &d, &err), -1);
     cr_assert(strstr(err.msg, "text.db") && strstr(err.msg, "not an SQLite database"), "%s", err.msg);
-    cr_assert_eq(db_open_readonly(tfix_path("text.db"), &s, &err), -1);
+    cr_assert_eq(db_open_readonly("--db", tfix_path("text.db"), &s, &err), -1);
     cr_assert(strstr(err.msg, "text.db"), "%s", err.msg);
 }
 
@@ -538,7 +538,7 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data, .init = user
 
     /* Readers: pprun query / serve (usersql), stats / export (read-only). */
     for (int reader = 0; reader < 2; reader++) {
-        int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
+        int rc = reader ? db_open_readonly("--db", path, &s, &err) : usersql_open(path, &s, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
         cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats WHERE act_peak_bytes = 0"), 4, "reader %d", reader);
         cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM pragma_table_info('step_stats')"), 9,
@@ -592,7 +592,7 @@ Test(db, a_version_3_file_reads_step_idle_from_its_gaps_and_migrates, .init = us
     sqlite3 *s;
 
     for (int reader = 0; reader < 2; reader++) {
-        int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
+        int rc = reader ? db_open_readonly("--db", path, &s, &err) : usersql_open(path, &s, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
         cr_assert_str_eq(q_text(s, rows, got, sizeof got), want, "reader %d", reader);
         job_summary v3;
@@ -691,7 +691,7 @@ Test(db, a_version_4_file_reads_events_without_names_and_migrates) {
               "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
               "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=4;");
     for (int reader = 0; reader < 2; reader++) {
-        int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
+        int rc = reader ? db_open_readonly("--db", path, &s, &err) : usersql_open(path, &s, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
         cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE name IS NULL"), (int64_t)n - 4, "reader %d",
                      reader);
@@ -1048,7 +1048,7 @@ Test(db, a_version_10_file_reads_totals_summed_and_migrates, .init = usersql_fir
     char text[4096];
     sqlite3 *kept = NULL;
     for (int reader = 0; reader < 2; reader++) {
-        int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
+        int rc = reader ? db_open_readonly("--db", path, &s, &err) : usersql_open(path, &s, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
         cr_assert_str_eq(q_text(s, TOTALS_TEXT("SELECT * FROM step_totals"), text, sizeof text), totals[0]);
         cr_assert_str_eq(q_text(s, IDLE_TOTALS_TEXT("SELECT * FROM step_idle_totals"), text, sizeof text),

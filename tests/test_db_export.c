@@ -238,7 +238,7 @@ Test(db_export, export_opens_the_database_read_only) {
     /* Read-only access leaves the file as it was: still one job, no new rows. */
     sqlite3 *s;
     pp_err err;
-    cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &s, &err), 0, "%s", err.msg);
     sqlite3_stmt *st;
     sqlite3_prepare_v2(s, "SELECT (SELECT count(*) FROM jobs) || ' ' || (SELECT count(*) FROM events)", -1, &st, NULL);
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
@@ -544,7 +544,7 @@ Test(db_export, a_flow_never_ends_before_it_starts) {
     cr_assert_eq(db_insert_events(d, job, ev, 2, &err), 0, "%s", err.msg);
     db_close(d);
     sqlite3 *s;
-    cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &s, &err), 0, "%s", err.msg);
     cJSON *root = exported(s, job), *e;
     sqlite3_close(s);
     double at[2] = {-1, -1}; /* s, f */
@@ -585,7 +585,7 @@ Test(db_export, activations_held_are_a_counter_per_rank_at_each_op_end) {
             sqlite3_close(s);
         }
         sqlite3 *s;
-        cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(db_open_readonly("--db", path, &s, &err), 0, "%s", err.msg);
         cJSON *root = exported(s, job);
         sqlite3_close(s);
         int count[2] = {0, 0}, seen0 = 0;
@@ -667,7 +667,7 @@ Test(db_export, each_steps_critical_path_is_marked_and_chained_by_flows, .timeou
     cJSON *evs = cJSON_GetObjectItem(root, "traceEvents"), *e;
     sqlite3 *db;
     pp_err err;
-    cr_assert_eq(db_open_readonly(path, &db, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &db, &err), 0, "%s", err.msg);
     size_t on_path = 0;
     for (int step = 0; step < 3; step++) {
         critpath_path p;
@@ -744,7 +744,7 @@ Test(db_export, steps_exports_only_those_steps, .timeout = 60) {
     cr_assert_eq(cJSON_GetObjectItem(other, "last_step")->valueint, 2);
     sqlite3 *db;
     pp_err err;
-    cr_assert_eq(db_open_readonly(path, &db, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &db, &err), 0, "%s", err.msg);
     int want_x = count_rows(db, "SELECT count(*) FROM events WHERE job_id=1 AND step BETWEEN 1 AND 2");
     int want_loss = count_rows(db, "SELECT count(*) FROM losses WHERE job_id=1 AND step BETWEEN 1 AND 2");
     int want_bubble = count_rows(db, "SELECT count(*) FROM step_stats WHERE job_id=1 AND step BETWEEN 1 AND 2");
@@ -822,7 +822,7 @@ Test(db_export, ranks_exports_only_those_ranks, .timeout = 60) {
     cr_assert_str_eq(cJSON_GetObjectItem(other, "ranks")->valuestring, "1-2");
     sqlite3 *db;
     pp_err err;
-    cr_assert_eq(db_open_readonly(path, &db, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &db, &err), 0, "%s", err.msg);
     int want_x = count_rows(db, "SELECT count(*) FROM events WHERE job_id=1 AND step=1 AND rank IN (1,2)");
     int want_loss = count_rows(db, "SELECT count(*) FROM losses WHERE job_id=1 AND step=1");
     int want_bubble = count_rows(db, "SELECT count(*) FROM step_stats WHERE job_id=1 AND step=1 AND rank IN (1,2)");

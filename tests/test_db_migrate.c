@@ -208,7 +208,7 @@ static void upgrades_and_answers_the_same(const char *name, const char *downgrad
     }
     sqlite3 *r;
     pp_err err;
-    cr_assert_eq(db_open_readonly(path, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &r, &err), 0, "%s", err.msg);
     sqlite3_close(r);
     /* A reader kept open across the migration (pprun serve's pool): its
      * rank 3's rows, through its temp view of a run per row. */

@@ -110,7 +110,7 @@ Test(dp_db, a_version_5_file_reads_without_optim_bytes_and_eval_losses_and_migra
                  SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
     for (int reader = 0; reader < 2; reader++) {
-        int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
+        int rc = reader ? db_open_readonly("--db", path, &s, &err) : usersql_open(path, &s, &err);
         cr_assert_eq(rc, 0, "%s", err.msg);
         cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE optim_bytes IS NULL"), (int64_t)n - 2);
         cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE name IS NULL"), (int64_t)n - 2);

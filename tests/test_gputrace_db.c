@@ -224,7 +224,7 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable, .init = usersql_fir
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats WHERE act_peak_bytes = 0"), 0, "and both columns");
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM pragma_table_info('step_stats') WHERE name='act_peak_bytes'"), 1);
     sqlite3_close(s);
-    cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &s, &err), 0, "%s", err.msg);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM ranks WHERE cupti_dropped = 0"), 2);
     sqlite3_close(s);
 

@@ -57,7 +57,7 @@ static void play_and_check(int ranks, int nodes, double rate, double seconds) {
     cr_assert_eq(r.ingested, r.written, "job_counters.events_ingested");
 
     sqlite3 *s;
-    cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &s, &err), 0, "%s", err.msg);
     check_counts(s, "SELECT rank, step, count(*) FROM events WHERE job_id=?1 GROUP BY rank, step", r.job_id, &r,
                  r.rows, ranks, "rows of events");
     /* Once: a rank's op of a step (stage, microbatch, phase) is one row. */

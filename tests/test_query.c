@@ -158,6 +158,27 @@ Test(query, read_only_pragmas_and_trailing_comments_are_fine) {
     free(err);
 }
 
+/* SQL that starts with a comment, as schema.md's examples do, follows a
+ * lone "--"; given without it, the refusal says so. */
+Test(query, sql_starting_with_a_comment_follows_a_lone_double_dash) {
+    char *out, *err;
+    const char *sql = "\"-- the ranks\nSELECT count(*) AS n FROM ranks\"";
+    char args[256];
+    snprintf(args, sizeof args, "--format csv -- %s", sql);
+    cr_assert_eq(run(args, &out, &err), 0, "%s", err);
+    cr_assert_str_eq(out, "n\r\n4\r\n");
+    free(out);
+    free(err);
+    cr_assert_eq(run(sql, &out, &err), 2);
+    cr_assert(strstr(err, "unknown option '-- the ranks") && strstr(err, "goes after a lone --"), "%s", err);
+    free(out);
+    free(err);
+    cr_assert_eq(run("-- --format", &out, &err), 2, "after --, '--format' is the SQL: %s", out);
+    cr_assert(strstr(err, "no statement (the SQL is empty or only comments)"), "%s", err);
+    free(out);
+    free(err);
+}
+
 Test(query, bad_usage_names_the_flag) {
     char *out, *err;
     cr_assert_eq(run("--format xml \"SELECT 1\"", &out, &err), 2);

@@ -478,7 +478,8 @@ Test(run, fail_at_phase_b_or_w_fires_at_a_fused_backward) {
 
 /* --fail-at at a step before the one a resumed job starts at would never
  * fire (the job succeeded for the wrong reason): refused, exit 2, naming
- * the step and where the job starts, before any worker starts. */
+ * the step and where the job starts, before any worker starts; so is a
+ * checkpoint that leaves no step to run. */
 Test(run, fail_at_a_step_a_resumed_job_skips_is_refused) {
     char *out = NULL;
     int rc = sh(&out,
@@ -506,6 +507,23 @@ Test(run, fail_at_a_step_a_resumed_job_skips_is_refused) {
         char logs[512];
         snprintf(logs, sizeof logs, "%s/fa_logs", tmpdir);
         cr_assert_neq(access(logs, F_OK), 0, "'%s': workers were started", cases[i].args);
+    }
+    /* a checkpoint that leaves nothing to run: both ways say its steps done
+     * (--resume's said "at step 1" of the same two steps) */
+    static const struct {
+        const char *args, *expect;
+    } done[] = {
+        {"--checkpoint-dir fa_ck --resume",
+         "pprun run: --resume: the checkpoint in fa_ck (step_1) has 2 steps done; --steps 2 leaves nothing to run\n"},
+        {"--init-from fa.ckpt", "pprun run: --init-from fa.ckpt has 2 steps done; --steps 2 leaves nothing to run\n"},
+    };
+    for (size_t i = 0; i < sizeof done / sizeof done[0]; i++) {
+        rc = sh(&out,
+                "cd '%s' && %s run --nproc-per-node 2 --microbatches 2 --steps 2 --model " SMALL_MODEL
+                " --trace off --progress off %s",
+                tmpdir, PPRUN_BIN, done[i].args);
+        cr_assert(rc == 2 && strstr(out, done[i].expect), "'%s': exit %d\n%s", done[i].args, rc, out);
+        free(out);
     }
     /* the step it starts at is fine */
     rc = sh(&out,

@@ -34,7 +34,7 @@ static lt_proc run_job(const char *db, const char *const *extra) {
 static sqlite3 *open_db(const char *path) {
     sqlite3 *sql;
     pp_err err;
-    cr_assert_eq(db_open_readonly(path, &sql, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &sql, &err), 0, "%s", err.msg);
     return sql;
 }
 

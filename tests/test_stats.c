@@ -787,6 +787,50 @@ static void timed_job(const char *db, const char *model, const char *schedule, c
     lt_free(&run);
 }
 
+/* A resumed job's first step, not step 0, pays for start-up: its
+ * figures (summary, what-if, critical path) start after it, and the text
+ * says which step was left out. Before, a job resumed at step 3 counted
+ * "from step 1 (step 0 pays for start-up)", its start-up step among the
+ * medians. */
+Test(stats, a_resumed_jobs_figures_start_after_its_own_first_step, .timeout = 120) {
+    const char *db = tfix_path("resumed.db"), *ck = tfix_path("resumed-ck");
+    for (int resumed = 0; resumed <= 1; resumed++) {
+        const char *args[] = {"run",
+                              "--model",
+                              "timed:f=1ms,b=1ms,w=1ms",
+                              "--nproc-per-node",
+                              "2",
+                              "--progress",
+                              "off",
+                              "--steps",
+                              resumed ? "6" : "3",
+                              "--checkpoint-dir",
+                              ck,
+                              "--db",
+                              db,
+                              resumed ? "--resume" : NULL,
+                              NULL};
+        lt_proc run;
+        lt_run(&run, args, NULL);
+        cr_assert_eq(run.status, 0, "%s", run.err);
+        lt_free(&run);
+    }
+    cJSON *j = stats_json(db, 2);
+    const cJSON *summary = cJSON_GetObjectItem(j, "summary"), *whatif = cJSON_GetObjectItem(j, "whatif"),
+                *critpath = cJSON_GetObjectItem(j, "critpath");
+    cr_assert_eq(cJSON_GetObjectItem(summary, "from_step")->valueint, 4, "steps 3-5 ran: from step 4");
+    cr_assert_eq(cJSON_GetObjectItem(summary, "steps")->valueint, 2);
+    cr_assert_eq(cJSON_GetObjectItem(whatif, "first_step")->valueint, 4);
+    cr_assert_eq(cJSON_GetObjectItem(critpath, "first_step")->valueint, 4);
+    cJSON_Delete(j);
+    lt_proc p = stats(db, "2");
+    cr_assert(strstr(p.out, "steps      2 complete from step 4 (step 3 pays for start-up)\n"), "%s", p.out);
+    lt_free(&p);
+    p = stats(db, "1");
+    cr_assert(strstr(p.out, "steps      2 complete from step 1 (step 0 pays for start-up)\n"), "%s", p.out);
+    lt_free(&p);
+}
+
 /* timed per=layer: its ops follow their layers, but a chunk holds `act`
  * bytes a microbatch whatever its layers, so the what-if's bytes do not
  * scale with the chunk: each schedule run measures what the 1F1B job

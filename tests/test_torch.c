@@ -924,6 +924,49 @@ Test(torch, a_forked_worker_records_nothing_and_a_refused_span_never_raises, .ti
     lt_free(&p);
 }
 
+/* torch_program.py's job in `mode` (plain's steps: 3 of GPipe's 2
+ * microbatches on 2 ranks), run to its end; then every op, send and
+ * receive of every step and every loss is in the database, none dropped. */
+static void every_op_recorded(const char *mode) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.db", mode);
+    const char *db = tfix_path(name);
+    lt_proc p;
+    program_run(&p, db, mode);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    cr_assert_null(strstr(p.err, "is written by process"), "%s", p.err);
+    sqlite3 *s = open_db(db);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf,
+                            "SELECT group_concat(phase||':'||n, ' ') FROM (SELECT phase, count(*) AS n FROM events"
+                            " WHERE phase IN ('F','BW','SEND_F','RECV_F','SEND_B','RECV_B') GROUP BY phase"
+                            " ORDER BY phase)"),
+                     "BW:12 F:12 RECV_B:6 RECV_F:6 SEND_B:6 SEND_F:6",
+                     "%s: 3 steps x 2 microbatches, on each rank that runs it", mode);
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM losses"), "6", "%s", mode);
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(dropped_events) FROM ranks"), "0,0", "%s", mode);
+    sqlite3_close(s);
+    if (strcmp(mode, "early-pool") == 0) cr_assert_eq(lt_count(p.out, "worker imported pipelining"), 2, "%s", p.out);
+    lt_free(&p);
+}
+
+/* A program that replaces the schedules' _batch_p2p after pprun wrapped
+ * it (a gloo workaround of its own) still has its sends and receives
+ * recorded: pprun wraps the replacement at the next step. Before, none
+ * was, and nothing said so. */
+Test(torch, a_batch_p2p_the_program_replaced_is_recorded, .timeout = 300) {
+    every_op_recorded("own-batch-p2p");
+}
+
+/* A process the rank forked before it imported torch's pipelining (a
+ * multiprocessing pool made early) that imports it later is no rank: the
+ * site hook's finder is not the child's (docs/torch.md). Before, the
+ * worker's import took the rank's ring, and the training process recorded
+ * nothing: "rank 0's trace is written by process" (the worker). */
+Test(torch, a_worker_forked_before_pipelining_loaded_leaves_the_trace_to_the_rank, .timeout = 300) {
+    every_op_recorded("early-pool");
+}
+
 /* Evaluations whose numbers pass the bound of an evaluation's microbatch
  * (--mode evals-wrap: the bound set to 24, five evaluations of 8 under
  * step 0, as a program that evaluates and never trains puts every one):

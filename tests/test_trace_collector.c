@@ -69,7 +69,7 @@ Test(trace_collector, sigkilled_workers_lose_nothing_and_steps_are_analysed, .ti
     /* While running: steps 0..2 are complete for both ranks (rank 0 never
      * reaches step 3, so step 2 waits for the end). A reader sees step 0. */
     sqlite3 *rd;
-    cr_assert_eq(db_open_readonly(path, &rd, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", path, &rd, &err), 0, "%s", err.msg);
     int64_t seen = 0;
     for (int i = 0; i < 1000 && seen == 0; i++) {
         usleep(10000);
@@ -801,7 +801,7 @@ Test(trace_collector, a_record_at_a_huge_step_costs_one_analysis, .timeout = 60)
         }
     }
     sqlite3 *rd;
-    cr_assert_eq(db_open_readonly(tfix_path("huge.db"), &rd, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_open_readonly("--db", tfix_path("huge.db"), &rd, &err), 0, "%s", err.msg);
     int64_t seen = 0;
     for (int i = 0; i < 500 && !seen; i++, usleep(10000))
         seen = tfix_q_int(rd, "SELECT count(*) FROM step_stats WHERE step = 1000000000");

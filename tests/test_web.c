@@ -1961,6 +1961,45 @@ Test(web_serve, pprun_serve_prints_the_url_and_stops_on_sigterm) {
     fixture_remove(path);
 }
 
+/* --timeout takes a duration, as every pprun timeout: 1s closes a
+ * connection that sends nothing (the default, 30 s, would outlast the 20 s
+ * this waits); what is not whole seconds from 1 to 3600 (libmicrohttpd
+ * counts seconds) is refused with exit 2, naming it. */
+Test(web_serve, pprun_serve_timeout_is_a_duration_of_whole_seconds, .timeout = 90) {
+    char path[256];
+    fixture_fresh(path, sizeof path, "serve-timeout", 1, "succeeded");
+    int p;
+    int pid = webclient_start_serve(path, "--timeout 1s", &p);
+    cr_assert_gt(pid, 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    struct timeval wait = {.tv_sec = 20};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    char c;
+    ssize_t got = recv(fd, &c, 1, 0);
+    close(fd);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    cr_assert_eq(got, 0, "a connection that sent nothing was not closed by --timeout 1s (recv %zd)", got);
+    const char *bad[] = {"1.5", "500ms", "0", "3601"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cmd[700], out[1024] = "";
+        snprintf(cmd, sizeof cmd, "'%s' serve --db '%s' --listen 127.0.0.1:0 --timeout %s 2>&1", PPRUN_BIN, path,
+                 bad[i]);
+        FILE *f = popen(cmd, "r");
+        cr_assert_not_null(f);
+        out[fread(out, 1, sizeof out - 1, f)] = '\0';
+        int st = pclose(f);
+        char want[96];
+        snprintf(want, sizeof want, "--timeout: whole seconds from 1 to 3600 (30, 2s), got '%s'", bad[i]);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2 && strstr(out, want), "--timeout %s: status %d: %s", bad[i], st,
+                  out);
+    }
+    fixture_remove(path);
+}
+
 /* ---- activation memory ---------------------------------------------------- */
 
 #define ACT_MB 65536 /* the fixture's timed model holds 64 KiB per microbatch in flight */

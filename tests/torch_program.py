@@ -49,6 +49,13 @@ torch.device).
   forward of step 1: rank 0 waits on it that long (for it to take an
   activation, or for a gradient).
 --mode slow-peer-ctypes: the same with pprun._op unimportable.
+--mode own-batch-p2p: plain, with the schedules' _batch_p2p replaced by the
+  program after it imported them (after pprun wrapped it): a gloo
+  workaround of its own that waits for every Work of a batch.
+--mode early-pool: plain, with a fork multiprocessing pool made before the
+  program imports torch's pipelining, whose worker then imports it (a
+  task's lazy import) and stays until the program ends; the worker prints
+  "worker imported pipelining".
 
 Under pprun, pprun is imported for its spans (else they do nothing)."""
 import argparse
@@ -61,6 +68,17 @@ if {"longjob-ctypes", "ctypes", "slow-peer-ctypes"} & set(sys.argv):
     sys.modules["pprun._op"] = None  # `from pprun import _op` raises ImportError
 if "torch-first" in sys.argv:
     import pprun.torch  # noqa: F401 (it imports torch.distributed.pipelining itself)
+
+if "early-pool" in sys.argv:
+    import multiprocessing
+
+    def _import_pipelining(_):
+        import torch.distributed.pipelining  # noqa: F401 (the site hook's finder is the parent's)
+
+        print("worker imported pipelining", flush=True)
+
+    _pool = multiprocessing.get_context("fork").Pool(1)
+    _pool.map(_import_pipelining, [0])
 
 import torch  # noqa: E402
 import torch.distributed as dist
@@ -90,6 +108,17 @@ class Items(Dataset):
         with span("load"):
             g = torch.Generator().manual_seed(i)
             return torch.randn(DIM, generator=g), torch.randint(0, 4, (), generator=g)
+
+
+class WaitAll:
+    """Works waited for as one, for 2.6's callers, which wait for one object."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
 
 
 def batches_of_works(waited):
@@ -143,14 +172,6 @@ def batches_per_direction(nested):
     torch_batch = schedules._batch_p2p.__wrapped__  # torch's own, under pprun's wrapper
     inner = [False]
 
-    class WaitAll:  # the inner batches' Works, for 2.6's callers, which wait for one object
-        def __init__(self, works):
-            self.works = works
-
-        def wait(self):
-            for w in self.works:
-                w.wait()
-
     def batch_p2p(p2p_ops, desc=None):
         if inner[0] or not p2p_ops:
             return torch_batch(p2p_ops, desc)
@@ -164,6 +185,17 @@ def batches_per_direction(nested):
         return WaitAll(works) if works else None
 
     schedules._batch_p2p = pt._fast(pt._wrap_batch_p2p)(batch_p2p)
+
+
+def own_batch_p2p():
+    """The program's own _batch_p2p, set after pprun wrapped torch's: each
+    batch's Works, waited for together."""
+    from torch.distributed.pipelining import schedules
+
+    def batch_p2p(p2p_ops, desc=None):
+        return WaitAll(dist.batch_isend_irecv(p2p_ops)) if p2p_ops else None
+
+    schedules._batch_p2p = batch_p2p
 
 
 class Stage(nn.Module):
@@ -189,7 +221,8 @@ def main():
     p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes",
                                                           "plain", "ctypes", "works", "per-direction",
                                                           "torch-first", "evals-wrap", "raise-first", "slow-peer",
-                                                          "slow-peer-ctypes"])
+                                                          "slow-peer-ctypes", "early-pool",
+                                                          "own-batch-p2p"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -205,6 +238,8 @@ def main():
         batches_of_works(waited)
     if args.mode == "per-direction":
         batches_per_direction(waited)
+    if args.mode == "own-batch-p2p":
+        own_batch_p2p()
     if args.mode == "evals-wrap":
         if "pprun.torch" in sys.modules:  # under pprun
             sys.modules["pprun.torch"]._EVAL_MICROBATCHES_MAX = 24
@@ -259,6 +294,9 @@ def main():
             pprun._step[0] = 2**31 - 1
     if rank == 0 and args.mode in ("works", "per-direction"):
         print("%s=%d" % ("works" if args.mode == "works" else "nested", waited[0]), flush=True)
+    if args.mode == "early-pool":
+        _pool.close()
+        _pool.join()
     print("done rank %d" % rank, flush=True)
     dist.destroy_process_group()
 

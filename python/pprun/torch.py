@@ -102,6 +102,8 @@ class _State:
         self.buckets = (0, {})   # (step, stage -> its next collective's number in the step) (_wrap_collective)
         self.grads = (-1, 0, {})  # (step, reads in it, data pointer -> stage) of the stages' parameters, gradients
         self.waiting = None      # (since_ns, step, ops) of the batched p2p the Python _Work waits for (_waiting)
+        self.p2p_owners = []     # the modules whose _batch_p2p pprun wraps (_keep_batch_p2p_wrapped)
+        self.batch_p2p = None    # pprun's wrapper maker for it
 
 
 _st = _State()
@@ -442,23 +444,27 @@ class _NoWork:
 _NO_WORK = _NoWork()
 
 
-def _wrap_batch_p2p(orig):
-    # torch's _batch_p2p may call itself through its module (torch 2.14: a
-    # batch of two communicators' ops with per-direction p2p, each
-    # communicator's as a batch of its own): the outer call records its
-    # ops, the inner ones pass through (this thread's depth)
-    inside = threading.local()
+# How deep this thread is in _batch_p2p's wrappers, every one of them: torch's
+# _batch_p2p may call itself through its module (torch 2.14: a batch of two
+# communicators' ops with per-direction p2p, each communicator's as a batch
+# of its own), and a program's own _batch_p2p, wrapped in its turn
+# (_keep_batch_p2p_wrapped), may call the one pprun wrapped first: the
+# outer call records its ops, the inner ones pass through (as pprun._op's
+# batch_depth)
+_p2p_inside = threading.local()
 
+
+def _wrap_batch_p2p(orig):
     @functools.wraps(orig)
     def _batch_p2p(p2p_ops, *args, **kwargs):
-        if getattr(inside, "depth", 0):
+        if getattr(_p2p_inside, "depth", 0):
             return orig(p2p_ops, *args, **kwargs)
         t0 = _clock()
-        inside.depth = 1
+        _p2p_inside.depth = 1
         try:
             work = orig(p2p_ops, *args, **kwargs)
         finally:
-            inside.depth = 0
+            _p2p_inside.depth = 0
         if work is None:
             return work
         ops = []
@@ -732,6 +738,7 @@ def _wrap_step(orig):
     def step(self, *args, **kwargs):
         if _st.in_step:  # a step() calling another wrapped step(): the same step
             return orig(self, *args, **kwargs)
+        _keep_batch_p2p_wrapped()
         evaluation = None
         if _evaluates(self):
             evaluation = _evaluation(self)
@@ -1000,6 +1007,16 @@ def _refused(phase, stage, mb, skipped):
         _st.t.lost(skipped)
 
 
+def _keep_batch_p2p_wrapped():
+    """The modules' _batch_p2p (the schedules' and the runtime's, which
+    look it up at each call) under pprun's wrapper. Also at each step: a
+    program that replaced one after pprun wrapped it (a gloo workaround
+    that waits for every Work of a batch) has its replacement wrapped, so
+    that its sends and receives are recorded (they were not, silently)."""
+    for owner in _st.p2p_owners:
+        _replace(owner, "_batch_p2p", _st.batch_p2p)
+
+
 def _runtime_module():
     """torch.distributed.pipelining.runtime where _PipelineScheduleRuntime
     moved (it imports _batch_p2p by name), None where it does not exist."""
@@ -1055,10 +1072,10 @@ def install():
     _replace(base, "get_fwd_recv_ops", get_ops, b"RECV_F")
     _replace(base, "get_bwd_send_ops", get_ops, b"SEND_B")
     _replace(base, "get_bwd_recv_ops", get_ops, b"RECV_B")
-    _replace(_schedules, "_batch_p2p", batch_p2p)
     runtime = _runtime_module()
-    if runtime is not None and hasattr(runtime, "_batch_p2p"):
-        _replace(runtime, "_batch_p2p", batch_p2p)
+    _st.p2p_owners = [m for m in (_schedules, runtime) if m is not None and hasattr(m, "_batch_p2p")]
+    _st.batch_p2p = batch_p2p
+    _keep_batch_p2p_wrapped()
     _replace(_schedules._PipelineSchedule, "_update_losses", _wrap_update_losses)
     c10d = importlib.import_module("torch.distributed.distributed_c10d")
     for fn, wrap in _collective_wrappers():  # the module's and torch.distributed's name: one wrapper

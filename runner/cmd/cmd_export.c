@@ -94,7 +94,7 @@ int cmd_export(int argc, char **argv) {
         return 2;
     }
     sqlite3 *sql;
-    if (db_open_readonly(dbpath, &sql, &err) != 0) {
+    if (db_open_readonly("--db", dbpath, &sql, &err) != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);
         return 2;
     }

@@ -11,13 +11,13 @@
 #include "runner/cmd/cli.h"
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: pprun query --db FILE [--format table|csv|json] [--max-rows N] [--timeout DURATION] SQL\n"
-            "  Runs one read-only statement (SELECT or WITH) over a trace database.\n"
-            "  --format     table (default, aligned columns), csv (RFC 4180), json (array of row objects)\n"
-            "  --max-rows   stop after N rows (default 100000); a note on stderr says the output was cut\n"
-            "  --timeout    interrupt the query after this many seconds (default 30; or 500ms, 2s)\n"
-            "  docs/schema.md lists the tables; docs/api.md the same guard over HTTP.\n");
+    fprintf(out, "usage: pprun query --db FILE [--format table|csv|json] [--max-rows N] [--timeout DURATION] [--] SQL\n"
+                 "  Runs one read-only statement (SELECT or WITH) over a trace database.\n"
+                 "  --           ends the options: SQL that starts with a comment ('-- ...') goes after it\n"
+                 "  --format     table (default, aligned columns), csv (RFC 4180), json (array of row objects)\n"
+                 "  --max-rows   stop after N rows (default 100000); a note on stderr says the output was cut\n"
+                 "  --timeout    interrupt the query after this many seconds (default 30; or 500ms, 2s)\n"
+                 "  docs/schema.md lists the tables; docs/api.md the same guard over HTTP.\n");
 }
 
 /* Text of a cell for table and csv output; *tmp owns a formatted number. */
@@ -175,8 +175,21 @@ int cmd_query(int argc, char **argv) {
     long max_rows = 100000;
     uint64_t timeout_ns = 30ull * 1000000000ull;
     pp_err err;
+    int options = 1; /* until a lone "--" */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (options && strcmp(a, "--") == 0) {
+            options = 0;
+            continue;
+        }
+        if (!options || (strncmp(a, "--", 2) != 0 && strcmp(a, "-h") != 0)) {
+            if (sql) {
+                fprintf(stderr, "pprun query: give the SQL as one argument (quote it); unexpected '%s'\n", a);
+                return 2;
+            }
+            sql = a;
+            continue;
+        }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
@@ -205,12 +218,12 @@ int cmd_query(int argc, char **argv) {
                 fprintf(stderr, "pprun query: --timeout: must be more than 0, got '%s'\n", v);
                 return 2;
             }
-        } else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "pprun query: unknown option '%s'; see pprun query --help\n", a);
-            return 2;
-        } else if (!sql) sql = a;
-        else {
-            fprintf(stderr, "pprun query: give the SQL as one argument (quote it); unexpected '%s'\n", a);
+        } else {
+            /* no option holds a blank: that is SQL starting with a comment */
+            int blank = strpbrk(a, " \t\r\n") != NULL;
+            fprintf(stderr, "pprun query: unknown option '%s'%s; see pprun query --help\n", a,
+                    blank ? " (SQL that starts with a comment goes after a lone --: pprun query --db FILE -- SQL)"
+                          : "");
             return 2;
         }
     }

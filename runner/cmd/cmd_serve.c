@@ -14,19 +14,18 @@
 #include "web/http.h"
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: pprun serve --db FILE [--listen HOST:PORT] [--token TOKEN] [--allow-host NAME]...\n"
-            "                   [--threads N] [--timeout SECONDS]\n"
-            "  Serves the dashboard and the JSON API (docs/api.md) over a trace database.\n"
-            "  --listen   address to bind (default 127.0.0.1:8080; port 0 picks a free one)\n"
-            "  --token    required for a non-loopback address, 16 bytes at least (or set\n"
-            "             PPRUN_TOKEN); clients send 'Authorization: Bearer TOKEN'; the\n"
-            "             dashboard takes it from #token=TOKEN\n"
-            "  --allow-host NAME  a Host name to answer besides localhost, 127.0.0.1 and [::1]\n"
-            "             (an /etc/hosts alias, a tunnel's name); repeatable, or NAME,NAME\n"
-            "  --threads  HTTP worker threads (default 4)\n"
-            "  --timeout  seconds a connection may sit idle, and a request may take to arrive\n"
-            "             whole, headers and body (default 30)\n");
+    fprintf(out, "usage: pprun serve --db FILE [--listen HOST:PORT] [--token TOKEN] [--allow-host NAME]...\n"
+                 "                   [--threads N] [--timeout DURATION]\n"
+                 "  Serves the dashboard and the JSON API (docs/api.md) over a trace database.\n"
+                 "  --listen   address to bind (default 127.0.0.1:8080; port 0 picks a free one)\n"
+                 "  --token    required for a non-loopback address, 16 bytes at least (or set\n"
+                 "             PPRUN_TOKEN); clients send 'Authorization: Bearer TOKEN'; the\n"
+                 "             dashboard takes it from #token=TOKEN\n"
+                 "  --allow-host NAME  a Host name to answer besides localhost, 127.0.0.1 and [::1]\n"
+                 "             (an /etc/hosts alias, a tunnel's name); repeatable, or NAME,NAME\n"
+                 "  --threads  HTTP worker threads (default 4)\n"
+                 "  --timeout  how long a connection may sit idle, and a request may take to arrive\n"
+                 "             whole, headers and body: whole seconds, 1 to 3600 (default 30; or 2s)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -70,8 +69,14 @@ int cmd_serve(int argc, char **argv) {
             if (pp_parse_long(val, 1, 64, "--threads", &v, &err) != 0) goto bad;
             o.threads = (unsigned)v;
         } else {
-            if (pp_parse_long(val, 1, 3600, "--timeout", &v, &err) != 0) goto bad;
-            o.conn_timeout_s = (unsigned)v;
+            /* as every pprun timeout; libmicrohttpd counts whole seconds */
+            uint64_t ns;
+            if (pp_parse_seconds_ns(val, "--timeout", &ns, &err) != 0) goto bad;
+            if (ns % 1000000000ull != 0 || ns < 1000000000ull || ns > 3600000000000ull) {
+                fprintf(stderr, "pprun serve: --timeout: whole seconds from 1 to 3600 (30, 2s), got '%s'\n", val);
+                return 2;
+            }
+            o.conn_timeout_s = (unsigned)(ns / 1000000000ull);
         }
     }
     if (!o.db_path) {

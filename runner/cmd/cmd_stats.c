@@ -23,7 +23,8 @@ static void usage(FILE *out) {
     fprintf(out, "usage: pprun stats --db FILE [--job ID] [--vs OTHER] [--format text|json]\n"
                  "  Where a job's time went: step time, measured and planned bubble, idle time\n"
                  "  by cause, op durations, loss; then each schedule simulated at the job's\n"
-                 "  measured op costs (what if). Steps from 1 on (step 0 pays for start-up).\n"
+                 "  measured op costs (what if). Steps after the job's first (step 0, or a resumed\n"
+                 "  job's first, pays for start-up).\n"
                  "  --db FILE    trace database written by `pprun run`\n"
                  "  --job ID     job id (default: the newest job in the file)\n"
                  "  --vs OTHER   instead, the job beside job OTHER of the same file: what differs\n"
@@ -163,7 +164,7 @@ int cmd_stats(int argc, char **argv) {
         return 2;
     }
     sqlite3 *db;
-    if (db_open_readonly(dbpath, &db, &err) != 0) {
+    if (db_open_readonly("--db", dbpath, &db, &err) != 0) {
         fprintf(stderr, "pprun stats: %s\n", err.msg);
         return 2;
     }

@@ -156,8 +156,10 @@ static int check_resume(run_job *job, pp_err *err) {
     model_ckpt_free(ckpt);
     if (rc != 0) return pp_wrap(err, "--resume: %s/step_%d", cfg->checkpoint_dir, step);
     if (step + 1 >= cfg->steps)
-        return pp_fail(err, "--resume: the checkpoint in %s is at step %d; --steps %d leaves nothing to run",
-                       cfg->checkpoint_dir, step, cfg->steps);
+        return pp_fail(err,
+                       "--resume: the checkpoint in %s (step_%d) has %d steps done; --steps %d leaves nothing "
+                       "to run",
+                       cfg->checkpoint_dir, step, step + 1, cfg->steps);
     job->progress_next = step + 1;
     return fail_at_not_before(job, step + 1, "--resume", err);
 }
@@ -174,7 +176,7 @@ static int check_init_from(run_job *job, pp_err *err) {
     model_ckpt_free(ckpt);
     if (rc != 0) return pp_wrap(err, "--init-from %s", cfg->init_from);
     if (done >= cfg->steps)
-        return pp_fail(err, "--init-from %s is at step %d; --steps %d leaves nothing to run", cfg->init_from, done,
+        return pp_fail(err, "--init-from %s has %d steps done; --steps %d leaves nothing to run", cfg->init_from, done,
                        cfg->steps);
     job->progress_next = done;
     return fail_at_not_before(job, done, "--init-from", err);
@@ -230,7 +232,7 @@ static int read_schedule_costs(run_job *job, int world, pp_err *err) {
     const char *path = cfg->schedule_costs_db;
     if (access(path, R_OK) != 0) return pp_fail(err, "--schedule-costs %s: cannot read it: %s", path, strerror(errno));
     sqlite3 *sql;
-    if (db_open_readonly(path, &sql, err) != 0) return pp_wrap(err, "--schedule-costs %s", path);
+    if (db_open_readonly("--schedule-costs", path, &sql, err) != 0) return -1;
     int64_t id = cfg->schedule_costs_job ? cfg->schedule_costs_job : db_newest_job(sql, err);
     int rc = -1, v = cfg->schedule == RUN_SCHEDULE_ZB_V ? 2 : 1; /* zb-v, or zb-h1 under --max-mem */
     if (id == 0) pp_fail(err, "no job in it yet");

@@ -226,8 +226,9 @@ void job_rows_hosts(run_job *job, const launch_info *info) {
 
 /* At its end a job's planned timeline, the launcher's plan or the
  * program's own, is re-simulated at the medians of its latest steps: the
- * what-if's window (up to WHATIF_STEPS steps with statistics, from step 1
- * on; step 0 alone in a job of one step). Steadier than the one step the
+ * what-if's window (up to WHATIF_STEPS steps with statistics, after the
+ * job's first, step 0 or a resumed job's; that one alone in a job of one
+ * step). Steadier than the one step the
  * live refresh had, and there for a job too short for that refresh. A
  * plan the simulator refuses, or one some stage never ran an op of, stays
  * as it was. */
@@ -235,13 +236,18 @@ static void plan_at_the_end(run_job *job) {
     if (job->cfg.model.kind == MODEL_TIMED) return; /* planned at the model's own costs from the start */
     sqlite3 *sql = db_sqlite(job->db);
     sqlite3_stmt *st;
-    int last = -1;
-    if (sqlite3_prepare_v2(sql, "SELECT max(step) FROM step_stats WHERE job_id=?1", -1, &st, NULL) != SQLITE_OK) return;
+    int last = -1, job_first = 0;
+    if (sqlite3_prepare_v2(sql, "SELECT min(step), max(step) FROM step_stats WHERE job_id=?1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return;
     sqlite3_bind_int64(st, 1, job->job_id);
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) last = sqlite3_column_int(st, 0);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 1) != SQLITE_NULL)
+        job_first = sqlite3_column_int(st, 0), last = sqlite3_column_int(st, 1);
     sqlite3_finalize(st);
     if (last < 0) return;
-    int first = last - WHATIF_STEPS + 1 > 1 ? last - WHATIF_STEPS + 1 : last >= 1;
+    /* the job's first step, 0 or a resumed job's, pays for start-up */
+    int first = last > job_first ? job_first + 1 : job_first;
+    if (last - WHATIF_STEPS + 1 > first) first = last - WHATIF_STEPS + 1;
     pp_err err = {{0}};
     int rc = db_program_plan(job->db, job->job_id)
                  ? progplan_simulate(job->db, job->job_id, first, last, &err)
