@@ -43,11 +43,18 @@ static int too_big(const char *path, const char *what, uint64_t size, uint64_t m
     return pp_fail(err, "%s %s: is %s%s, over the cap of %s", what, path, at_least ? "more than " : "", has, cap);
 }
 
-/* /proc and /sys: their files say they are regular, with a size that is
- * not what reading them yields (0, 4096), or say nothing true at all
- * (/proc/self/mem, /proc/kcore). */
+/* /proc and /sys, and the kernel's file systems mounted under them: their
+ * files say they are regular, with a size that is not what reading them
+ * yields (0, 4096), or say nothing true at all (/proc/self/mem,
+ * /proc/kcore); writing one sets a knob of the kernel. */
 static int is_pseudo_fs(const struct statfs *fs) {
-    return fs->f_type == PROC_SUPER_MAGIC || fs->f_type == SYSFS_MAGIC;
+    static const unsigned long kinds[] = {
+        PROC_SUPER_MAGIC, SYSFS_MAGIC,    CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, /* /sys/fs/cgroup */
+        DEBUGFS_MAGIC,    TRACEFS_MAGIC,  SECURITYFS_MAGIC,   BPF_FS_MAGIC,        /* /sys/kernel, /sys/fs/bpf */
+        EFIVARFS_MAGIC,   PSTOREFS_MAGIC, BINFMTFS_MAGIC,     0x62656570 /* configfs */};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if ((unsigned long)fs->f_type == kinds[i]) return 1;
+    return 0;
 }
 
 static int is_pseudo_file(int fd) {

@@ -116,8 +116,8 @@ void critpath_add(critpath_totals *t, const critpath_path *p);
 
 typedef struct critpath_report {
     int steps;                 /* 0: no complete step yet (nothing below is set) */
-    int first_step, last_step; /* the steps read: the latest CRITPATH_STEPS complete ones from step 1 on
-                                * (step 0 only when it is the only one) */
+    int first_step, last_step; /* the steps read: the latest CRITPATH_STEPS complete ones after the
+                                * job's first (that one only when it is the only one) */
     critpath_totals t;
 } critpath_report;
 

@@ -146,7 +146,7 @@ int db_check_version(sqlite3 *sql, const char *path, int64_t *version, pp_err *e
     if (v > DB_SCHEMA_VERSION)
         return pp_fail(err,
                        "%s: the database has schema version %lld, newer than this pprun understands (%d); "
-                       "use a newer pprun or another --db file",
+                       "use a newer pprun or another file",
                        path, (long long)v, DB_SCHEMA_VERSION);
     if (v == 0 && tables > 0)
         return pp_fail(err, "%s: an SQLite database that is not a pprun trace database (tables but no schema version)",

@@ -126,10 +126,10 @@ int db_check_path(const db *d, pp_err *err);
  * Close with db_reader_close. */
 int db_open_readonly(const char *what, const char *path, sqlite3 **out, pp_err *err);
 /* Only the read-only connection, for readers that check the file their own
- * way (usersql); a path that is no regular file, or a pseudo-file of /proc
- * or /sys, is refused saying what it is (its messages do not name it): a
- * database in a directory this process may not write, with
- * no -wal file beside it, is opened immutable (nothing else can be writing
+ * way (usersql). A path that is no regular file, or a pseudo-file of /proc
+ * or /sys, is refused saying what it is (its messages do not name the
+ * path). A database in a directory this process may not write, with no
+ * -wal file beside it, is opened immutable (nothing else can be writing
  * it). Close with db_reader_close. */
 int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err);
 /* Closes a reader's connection (NULL: nothing) and, when it was the last

@@ -278,6 +278,40 @@ Test(analyses_recompute, recompute_is_busy_time_held_memory_and_part_of_b) {
 
 /* ---- data parallelism: wait_dp --------------------------------------------- */
 
+/* ---- a resumed job ---------------------------------------------------------- */
+
+/* A resumed job's planned timeline is re-simulated at its end at the
+ * medians of its steps after its own first (which pays for start-up):
+ * resumed at step 3 and run to step 4, step 4's. Before, the window began
+ * at step 1 whatever the job's first step, and held the start-up step 3. */
+Test(analyses_recompute, a_resumed_jobs_plan_is_at_the_medians_after_its_first_step) {
+    const char *path = tfix_path("resumed.db"), *ck = tfix_path("resumed-ck");
+    run_job(path, NULL, 0, (const char *[]){"--steps", "3", "--checkpoint-dir", ck, "--model", GPT, NULL});
+    run_job(path, NULL, 0, (const char *[]){"--steps", "5", "--checkpoint-dir", ck, "--resume", "--model", GPT, NULL});
+    pp_err err;
+    db *d;
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    int64_t med[16];
+    cr_assert_eq(db_op_medians(d, 2, 4, 4, 4, med, &err), 0, "%s", err.msg);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db_sqlite(d),
+                                    "SELECT stage, CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 ELSE 2 END,"
+                                    " sim_end_ns - sim_start_ns, action FROM plan WHERE job_id = 2",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    int rows = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int stage = sqlite3_column_int(st, 0), k = sqlite3_column_int(st, 1);
+        cr_assert_eq(sqlite3_column_int64(st, 2), med[stage * 4 + k], "%s lasts %lld in the plan, step 4's median %lld",
+                     (const char *)sqlite3_column_text(st, 3), (long long)sqlite3_column_int64(st, 2),
+                     (long long)med[stage * 4 + k]);
+        rows++;
+    }
+    sqlite3_finalize(st);
+    db_close(d);
+    cr_assert_eq(rows, 4 * 8 * 3, "4 stages x 8 microbatches x F, B and W");
+}
+
 TestSuite(analyses_dp, .timeout = 600);
 
 #define DP_WORLD 4 /* --pp 2 --dp 2 */

@@ -490,10 +490,18 @@ static const input inputs[] = {
 };
 #define NINPUTS (sizeof inputs / sizeof inputs[0])
 
-enum bad_input { ZERO_DEVICE, IN_FIFO, IN_DIRECTORY, PROC_MEM, PROC_STATUS, OVER_CAP, MISSING, NBAD };
-static const char *const bad_name[] = {
-    "a zero device",       "a FIFO",        "a directory", "/proc/self/mem", "/proc/self/status",
-    "a file over the cap", "a missing file"};
+enum bad_input { ZERO_DEVICE, IN_FIFO, IN_DIRECTORY, PROC_MEM, PROC_STATUS, CGROUP, OVER_CAP, MISSING, NBAD };
+static const char *const bad_name[] = {"a zero device",     "a FIFO",        "a directory",         "/proc/self/mem",
+                                       "/proc/self/status", "a cgroup file", "a file over the cap", "a missing file"};
+
+/* A file of the cgroup file system under /sys/fs/cgroup (v2's, or v1's cpu
+ * controller), NULL where none is mounted. */
+static const char *cgroup_file(void) {
+    static const char *const files[] = {"/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/cpu/cgroup.procs"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (access(files[i], R_OK) == 0) return files[i];
+    return NULL;
+}
 
 /* Each input as each bad file: refused with exit 2 in well under the 20 s
  * limit (the code before read /dev/zero until the kernel killed it, and
@@ -508,9 +516,14 @@ Test(attack, a_bad_input_is_refused_at_once) {
             if (b == OVER_CAP && !in->cap) continue;
             wipe();
             /* /proc/self/status says it is a regular file of 0 bytes, which
-             * SQLite took for an empty database: pprun query ran on it */
-            int proc = b == PROC_MEM || b == PROC_STATUS;
-            const char *path = b == PROC_MEM ? "/proc/self/mem" : b == PROC_STATUS ? "/proc/self/status" : "in";
+             * SQLite took for an empty database: pprun query ran on it; so
+             * did a cgroup file, of a file system mounted under /sys */
+            if (b == CGROUP && !cgroup_file()) continue;
+            int proc = b == PROC_MEM || b == PROC_STATUS || b == CGROUP;
+            const char *path = b == PROC_MEM      ? "/proc/self/mem"
+                               : b == PROC_STATUS ? "/proc/self/status"
+                               : b == CGROUP      ? cgroup_file()
+                                                  : "in";
             const char *words = b == ZERO_DEVICE    ? "is a character device"
                                 : b == IN_FIFO      ? "is a FIFO"
                                 : b == IN_DIRECTORY ? "is a directory"

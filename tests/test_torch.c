@@ -953,9 +953,13 @@ static void every_op_recorded(const char *mode) {
 /* A program that replaces the schedules' _batch_p2p after pprun wrapped
  * it (a gloo workaround of its own) still has its sends and receives
  * recorded: pprun wraps the replacement at the next step. Before, none
- * was, and nothing said so. */
+ * was, and nothing said so. One that waits itself and returns None (no
+ * Work: the spans end as it returns) too, and one made with
+ * functools.wraps of pprun's Python wrapper, whose attributes it copies. */
 Test(torch, a_batch_p2p_the_program_replaced_is_recorded, .timeout = 300) {
     every_op_recorded("own-batch-p2p");
+    every_op_recorded("own-batch-p2p-waits");
+    every_op_recorded("own-batch-p2p-ctypes");
 }
 
 /* A process the rank forked before it imported torch's pipelining (a

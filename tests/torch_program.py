@@ -52,6 +52,12 @@ torch.device).
 --mode own-batch-p2p: plain, with the schedules' _batch_p2p replaced by the
   program after it imported them (after pprun wrapped it): a gloo
   workaround of its own that waits for every Work of a batch.
+--mode own-batch-p2p-waits: the same with a _batch_p2p that waits itself
+  and returns None, under Schedule1F1B (whose steps take None for "nothing
+  to wait for"; GPipe's do not).
+--mode own-batch-p2p-ctypes: own-batch-p2p-waits with pprun._op
+  unimportable: pprun's wrappers are Python's, and the program's, made
+  with functools.wraps of one (as all three are), copies its attributes.
 --mode early-pool: plain, with a fork multiprocessing pool made before the
   program imports torch's pipelining, whose worker then imports it (a
   task's lazy import) and stays until the program ends; the worker prints
@@ -64,7 +70,7 @@ import os
 import sys
 import time
 
-if {"longjob-ctypes", "ctypes", "slow-peer-ctypes"} & set(sys.argv):
+if {"longjob-ctypes", "ctypes", "slow-peer-ctypes", "own-batch-p2p-ctypes"} & set(sys.argv):
     sys.modules["pprun._op"] = None  # `from pprun import _op` raises ImportError
 if "torch-first" in sys.argv:
     import pprun.torch  # noqa: F401 (it imports torch.distributed.pipelining itself)
@@ -83,7 +89,7 @@ if "early-pool" in sys.argv:
 import torch  # noqa: E402
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
@@ -187,13 +193,23 @@ def batches_per_direction(nested):
     schedules._batch_p2p = pt._fast(pt._wrap_batch_p2p)(batch_p2p)
 
 
-def own_batch_p2p():
+def own_batch_p2p(waits):
     """The program's own _batch_p2p, set after pprun wrapped torch's: each
-    batch's Works, waited for together."""
+    batch's Works, waited for together by the schedule, or here (waits:
+    then it returns None)."""
+    import functools
+
     from torch.distributed.pipelining import schedules
 
+    @functools.wraps(schedules._batch_p2p)  # as a program does: pprun's wrapper's attributes copied
     def batch_p2p(p2p_ops, desc=None):
-        return WaitAll(dist.batch_isend_irecv(p2p_ops)) if p2p_ops else None
+        if not p2p_ops:
+            return None
+        works = WaitAll(dist.batch_isend_irecv(p2p_ops))
+        if not waits:
+            return works
+        works.wait()
+        return None
 
     schedules._batch_p2p = batch_p2p
 
@@ -222,7 +238,8 @@ def main():
                                                           "plain", "ctypes", "works", "per-direction",
                                                           "torch-first", "evals-wrap", "raise-first", "slow-peer",
                                                           "slow-peer-ctypes", "early-pool",
-                                                          "own-batch-p2p"])
+                                                          "own-batch-p2p", "own-batch-p2p-waits",
+                                                          "own-batch-p2p-ctypes"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -231,15 +248,17 @@ def main():
     module = Stage(rank, args.mode)
     stage = PipelineStage(module, rank, world, "cpu")  # a string, as PipelineStage takes it too
     loss_fn = nn.CrossEntropyLoss()
-    schedule = ScheduleGPipe(stage, 2, loss_fn=loss_fn)
+    waits = args.mode in ("own-batch-p2p-waits", "own-batch-p2p-ctypes")
+    kind = Schedule1F1B if waits else ScheduleGPipe
+    schedule = kind(stage, 2, loss_fn=loss_fn)
     opt = torch.optim.SGD(module.parameters(), lr=0.05)
     waited = [0]
     if args.mode == "works":
         batches_of_works(waited)
     if args.mode == "per-direction":
         batches_per_direction(waited)
-    if args.mode == "own-batch-p2p":
-        own_batch_p2p()
+    if args.mode.startswith("own-batch-p2p"):
+        own_batch_p2p(waits)
     if args.mode == "evals-wrap":
         if "pprun.torch" in sys.modules:  # under pprun
             sys.modules["pprun.torch"]._EVAL_MICROBATCHES_MAX = 24

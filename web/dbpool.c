@@ -1,6 +1,7 @@
 /* dbpool.c: read-only SQLite connections for the request threads. Opening
  * a connection costs more than most API queries, so they are kept. */
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,8 +23,10 @@ int dbpool_init(dbpool *p, const char *path, pp_err *err) {
     /* The routes read pprun's tables: a newer schema or another SQLite
      * file is refused as pprun stats and export refuse it. */
     int64_t version;
-    int rc = db_check_version(db, path, &version, err);
-    if (rc == 0 && version == 0) rc = pp_fail(err, "%s: empty file, not a pprun trace database", path);
+    char named[4200]; /* as usersql_open names it */
+    snprintf(named, sizeof named, "--db %s", path);
+    int rc = db_check_version(db, named, &version, err);
+    if (rc == 0 && version == 0) rc = pp_fail(err, "%s: empty file, not a pprun trace database", named);
     if (rc != 0) {
         db_reader_close(db);
         dbpool_close(p);

@@ -476,13 +476,16 @@ static PyObject *work_of(PyObject *torch_work, batch *b) {
 
 /* What the schedule gets for torch's batch `out` (its Work, or a list of
  * them), b's spans waiting on it: a work object, a list of them, or `out`
- * itself when it is empty (nothing to wait for: the spans end now). NULL
- * with an exception. Takes b: the work objects made hold it, and it is
- * freed where none does. */
+ * itself when it is empty or None (nothing to wait for: a program's own
+ * _batch_p2p that waited itself; the spans end now). NULL with an
+ * exception. Takes b: the work objects made hold it, and it is freed
+ * where none does. */
 static PyObject *batch_works(PyObject *out, batch *b) {
     PyObject *got;
     b->holders = 1; /* this call's, while it makes the work objects */
-    if (!PyList_Check(out) && !PyTuple_Check(out)) {
+    if (out == Py_None) {
+        got = batch_write(b) < 0 ? NULL : Py_NewRef(out);
+    } else if (!PyList_Check(out) && !PyTuple_Check(out)) {
         b->left = 1;
         got = work_of(out, b);
     } else if ((b->left = PyList_Check(out) ? PyList_Size(out) : PyTuple_Size(out)) == 0) {
@@ -523,7 +526,7 @@ static PyObject *batch_call(wrapper *w, PyObject *args, PyObject *kwargs) {
     uint64_t t0 = op_now();
     PyObject *out = PyObject_Call(w->orig, args, kwargs);
     batch_depth--;
-    if (!out || out == Py_None) return out;
+    if (!out) return out;
     Py_ssize_t n = PyList_Size(p2p_ops);
     batch *b = PyMem_Calloc(1, sizeof *b + (size_t)n * sizeof b->recs[0]);
     if (!b) {

@@ -465,8 +465,6 @@ def _wrap_batch_p2p(orig):
             work = orig(p2p_ops, *args, **kwargs)
         finally:
             _p2p_inside.depth = 0
-        if work is None:
-            return work
         ops = []
         for op in p2p_ops:
             tag = getattr(op, "_pprun", None)
@@ -474,9 +472,9 @@ def _wrap_batch_p2p(orig):
                 ops.append((tag[0], tag[1], tag[2], op.peer, op.tensor.nbytes))
         if not ops:
             return work
-        if not isinstance(work, (list, tuple)):
+        if work is not None and not isinstance(work, (list, tuple)):
             return _Work(work, ops, t0, None)  # torch 2.6: the batch's last Work
-        if not work:  # torch >= 2.8, a batch without a Work: its spans end now
+        if not work:  # torch >= 2.8, a batch without a Work, or a program's own that waited: its spans end now
             _Work(_NO_WORK, ops, t0, None).wait()
             return work
         left = [len(work)]  # torch >= 2.8: every Work of the batch, each waited for
@@ -738,7 +736,10 @@ def _wrap_step(orig):
     def step(self, *args, **kwargs):
         if _st.in_step:  # a step() calling another wrapped step(): the same step
             return orig(self, *args, **kwargs)
-        _keep_batch_p2p_wrapped()
+        try:
+            _keep_batch_p2p_wrapped()
+        except Exception as e:  # never raised into the program's step
+            _trace.say("pprun: rank %d: the program's _batch_p2p is not wrapped: %s\n" % (_st.t.rank, e))
         evaluation = None
         if _evaluates(self):
             evaluation = _evaluation(self)
@@ -975,13 +976,20 @@ def _declare(sched, order, shape=None):
 # ---- installing -------------------------------------------------------------
 
 
+# pprun's wrappers, by identity (id -> the wrapper, held: its id is never
+# another's): a program's function made with functools.wraps(pprun's
+# Python wrapper) copies its _pprun_wrapped, and is no wrapper of pprun's
+_ours = {}
+
+
 def _replace(owner, name, wrap, *extra):
     orig = getattr(owner, name)
-    if getattr(orig, "_pprun_wrapped", False):
+    if _ours.get(id(orig)) is orig:
         return
     new = wrap(orig, *extra)
     if not getattr(new, "_pprun_wrapped", False):  # pprun._op's wrappers say so themselves
-        new._pprun_wrapped = True
+        new._pprun_wrapped = True  # how bench/torch_alternate.py finds them
+    _ours[id(new)] = new
     setattr(owner, name, new)
 
 
