@@ -107,10 +107,8 @@ static int read_job(sqlite3 *db, job_summary *s, pp_err *err) {
     }
     const unsigned char *status = sqlite3_column_text(st, 3);
     snprintf(s->status, sizeof s->status, "%s", status ? (const char *)status : "");
-    /* the job's first step, step 0 or a resumed job's, pays for start-up:
-     * left out once there is a later one */
     s->first_step = (int)first;
-    s->from_step = (int)(last > first ? first + 1 : first);
+    s->from_step = (int)summary_from_step(first, last);
     sqlite3_finalize(st);
     s->world = (int)world;
     return 0;

@@ -36,6 +36,14 @@
     "SELECT step, start_ns, end_ns, bubble_ratio_mean FROM step_totals WHERE job_id=?1 " where            \
     " AND ranks >= (SELECT world_size FROM jobs WHERE id=?1)"
 
+/* The first step a job's figures count, of a job whose steps run from
+ * first to last: the one after its first once there is one, since its
+ * first (step 0, or the one a --resume or --init-from job starts at) pays
+ * for start-up. */
+static inline int64_t summary_from_step(int64_t first, int64_t last) {
+    return last > first ? first + 1 : first;
+}
+
 /* Each rank's waits for the data-parallel all-reduce of job ?1 from step
  * ?2 on: the rows of the partial index step_idle_wait_dp alone. */
 #define SQL_WAIT_DP_ROWS "SELECT rank, idle_ns FROM step_idle WHERE job_id=?1 AND step>=?2 AND cause='wait_dp'"

@@ -86,14 +86,22 @@ static const char *str(const cJSON *o, const char *k) {
     return v->valuestring;
 }
 
-/* A raw connection to the server, for what webclient cannot do (trickle,
- * keep-alive, streams). */
-static int connect_server(void) {
+/* A raw connection to a server on loopback `to_port`, for what webclient
+ * cannot do (trickle, keep-alive, streams, a client that reads little);
+ * rcvbuf > 0: its receive buffer, set before connect so that the window
+ * stays that small (the kernel then holds little for it). */
+static int connect_to(int to_port, int rcvbuf) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)to_port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     return fd;
+}
+
+/* A raw connection to this suite's server. */
+static int connect_server(void) {
+    return connect_to(port, 0);
 }
 
 TestSuite(web, .init = setup, .fini = teardown, .timeout = 60);
@@ -1819,12 +1827,7 @@ static double kernel_unsent_bytes(void) {
 /* Opens job 1's stream from `last_id` as a client that reads little: a
  * 4 KiB window, and HTTP/1.0, so the stream's end is the connection's. */
 static void stream_open_raw(stream *s, const char *last_id) {
-    s->fd = socket(AF_INET, SOCK_STREAM, 0);
-    int small = 4096; /* before connect: the window stays small, the kernel holds little for us */
-    setsockopt(s->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(s->fd, (struct sockaddr *)&a, sizeof a), 0);
+    s->fd = connect_to(port, 4096);
     char req[256];
     int n = snprintf(req, sizeof req, "GET /api/jobs/1/live HTTP/1.0\r\nHost: localhost\r\nLast-Event-ID: %s\r\n\r\n",
                      last_id);
@@ -1971,10 +1974,7 @@ Test(web_serve, pprun_serve_timeout_is_a_duration_of_whole_seconds, .timeout = 9
     int p;
     int pid = webclient_start_serve(path, "--timeout 1s", &p);
     cr_assert_gt(pid, 0);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int fd = connect_to(p, 0);
     struct timeval wait = {.tv_sec = 20};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
     char c;
@@ -2685,11 +2685,7 @@ Test(web_harden, requests_whose_clients_closed_halfway_free_their_connections, .
 /* A client that asks for the whole trace and reads nothing of it (a small
  * receive buffer, so the rest waits on the server's side). */
 static int trace_client(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0), small = 4096;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int fd = connect_to(port, 4096);
     const char *req = "GET /api/jobs/1/trace.json HTTP/1.1\r\nHost: localhost\r\n\r\n";
     cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
     return fd;

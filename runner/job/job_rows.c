@@ -245,8 +245,7 @@ static void plan_at_the_end(run_job *job) {
         job_first = sqlite3_column_int(st, 0), last = sqlite3_column_int(st, 1);
     sqlite3_finalize(st);
     if (last < 0) return;
-    /* the job's first step, 0 or a resumed job's, pays for start-up */
-    int first = last > job_first ? job_first + 1 : job_first;
+    int first = (int)summary_from_step(job_first, last);
     if (last - WHATIF_STEPS + 1 > first) first = last - WHATIF_STEPS + 1;
     pp_err err = {{0}};
     int rc = db_program_plan(job->db, job->job_id)

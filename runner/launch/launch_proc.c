@@ -587,11 +587,12 @@ int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nf
 void launch_guard_stop(launch_guard *g) {
     if (!g) return;
     /* Then waits for the guard to be gone, so that none of the launcher's
-     * processes outlives it (whoever counts them when it exits, a test or
-     * a batch system, finds none). Its end of the socket closes as it
-     * exits, after its memory (and so its environment) is gone; it never
-     * writes, so the socket turns readable only then. Bounded: a guard
-     * stopped by a debugger does not hold the launcher. */
+     * processes runs on after it (whoever looks when it exits, a test or a
+     * batch system, finds at most the guard's zombie, until init reaps
+     * it). Its end of the socket closes as it exits, after its memory (and
+     * so its environment) is gone; it never writes, so the socket turns
+     * readable only then. Bounded: a guard stopped by a debugger does not
+     * hold the launcher (docs/launch.md). */
     if (guard_send(g, GUARD_BYE, 0, NULL, 0, NULL, 0, 0) == 0) {
         uint64_t deadline = pp_now_ns() + GUARD_BYE_NS;
         struct pollfd p = {.fd = g->fd, .events = POLLIN};
