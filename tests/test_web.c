@@ -1983,17 +1983,21 @@ Test(web_serve, pprun_serve_timeout_is_a_duration_of_whole_seconds, .timeout = 9
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     cr_assert_eq(got, 0, "a connection that sent nothing was not closed by --timeout 1s (recv %zd)", got);
-    const char *bad[] = {"1.5", "500ms", "0", "3601"};
+    /* past the bounds or not whole seconds; then what is no duration at all */
+    const char *bad[] = {"1.5", "500ms", "0", "3601", "abc", "1e99", "-5", "", "2s ", "0x10"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[700], out[1024] = "";
-        snprintf(cmd, sizeof cmd, "'%s' serve --db '%s' --listen 127.0.0.1:0 --timeout %s 2>&1", PPRUN_BIN, path,
+        snprintf(cmd, sizeof cmd, "'%s' serve --db '%s' --listen 127.0.0.1:0 --timeout '%s' 2>&1", PPRUN_BIN, path,
                  bad[i]);
         FILE *f = popen(cmd, "r");
         cr_assert_not_null(f);
         out[fread(out, 1, sizeof out - 1, f)] = '\0';
         int st = pclose(f);
-        char want[96];
-        snprintf(want, sizeof want, "--timeout: whole seconds from 1 to 3600 (30, 2s), got '%s'", bad[i]);
+        char want[160];
+        snprintf(want, sizeof want,
+                 i < 4 ? "--timeout: whole seconds from 1 to 3600 (30, 2s), got '%s'"
+                       : "--timeout: expected seconds (e.g. 5, 0.5) or a duration with a unit (100ms, 2s), got '%s'",
+                 bad[i]);
         cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2 && strstr(out, want), "--timeout %s: status %d: %s", bad[i], st,
                   out);
     }
