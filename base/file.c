@@ -353,6 +353,19 @@ int file_output_begin(file_output *o, const char *path, const char *what, unsign
         random_tag(tag);
         snprintf(o->tmp, sizeof o->tmp, "%.200s.%s.tmp", o->name, tag);
         int fd = openat(o->dir, o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        /* a file replaced keeps its permissions (a trace kept 0600 stays
+         * 0600), from the start: the new content is never more open */
+        struct stat old;
+        if (fd >= 0 && fstatat(o->dir, o->name, &old, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(old.st_mode) &&
+            fchmod(fd, old.st_mode & 0777) != 0) {
+            int eno = errno;
+            close(fd);
+            unlinkat(o->dir, o->tmp, 0);
+            o->tmp[0] = '\0';
+            file_output_abort(o);
+            return pp_fail(err, "%s %s: cannot give the new file the old one's permissions: %s", what, path,
+                           strerror(eno));
+        }
         if (fd >= 0 && (o->f = fdopen(fd, "w"))) return 0;
         int eno = errno;
         if (fd >= 0) {

@@ -65,7 +65,9 @@ int file_output_not_input(const char *path, const char *what, const char *in, co
  * into a new temporary file of a random name beside the target (created
  * O_EXCL | O_NOFOLLOW: nothing planted there is opened), then synced and
  * renamed over it: the target holds the old content or all of the new,
- * never a part, and a failure leaves it and the folder as they were. */
+ * never a part, and a failure leaves it and the folder as they were. A
+ * file replaced keeps its permission bits (not its owner); a hard link
+ * of it keeps the old content, as after any rename. */
 typedef struct file_output {
     FILE *f;                 /* write the content here */
     int dir;                 /* the target's folder; -1 for standard output */

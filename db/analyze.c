@@ -317,7 +317,7 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, const char *source, a
 
 /* LOAD_SQL's events columns, for their bounds (bounds.h). */
 static const bounds_event_cols load_cols = {
-    .rank = 0, .stage = 2, .microbatch = 3, .start = 4, .end = 5, .peer = -1, .bytes = 6};
+    .rank = 0, .step = -1, .stage = 2, .microbatch = 3, .start = 4, .end = 5, .peer = -1, .bytes = 6};
 
 static int load_ops(sqlite3_stmt *st, int64_t job, int step, const char *source, analyze_op **out, size_t *n_out,
                     int *max_stage, pp_err *err) {

@@ -41,13 +41,14 @@ int bounds_sum(const bounds_kind *k, int64_t *sum, int64_t v, int64_t job, const
 }
 
 int bounds_event_row(sqlite3_stmt *st, const bounds_event_cols *cols, int64_t job, pp_err *err) {
-    enum { START = 3, END = 4 }; /* their places in checks[] */
+    enum { START = 4, END = 5 }; /* their places in checks[] */
     const struct {
         int col;
         const bounds_kind *kind;
         const char *name;
     } checks[] = {
         {cols->rank, &bounds_rank, "events.rank"},
+        {cols->step, &bounds_step, "events.step"},
         {cols->stage, &bounds_stage, "events.stage"},
         {cols->microbatch, &bounds_microbatch, "events.microbatch"},
         {cols->start, &bounds_time, "events.start_ns"},

@@ -128,7 +128,7 @@ int bounds_sum(const bounds_kind *k, int64_t *sum, int64_t v, int64_t job, const
 /* Where a query selected the events columns a reader computes with: the
  * column index of each, or -1 when it is not selected (or checked apart). */
 typedef struct bounds_event_cols {
-    int rank, stage, microbatch, start, end, peer, bytes;
+    int rank, step, stage, microbatch, start, end, peer, bytes;
 } bounds_event_cols;
 
 /* Every selected events column of st's row within its kind's bound, and

@@ -49,6 +49,7 @@
 #define KINDS 4      /* compute, comm, gpu, span: a lane's kind is ln / LANES */
 #define GPU_TID_BASE 1000000 /* gpu lanes' tids: after every host tid (rank * 2 * LANES + lane) */
 #define LANE_DEPTH 8 /* open spans remembered per lane */
+#define FLOW_INSET 10           /* ns: how far inside its span a transfer's flow starts or ends (put_transfer_flow) */
 #define KERNEL_TID_BASE 2000000 /* kernel lanes: after every gpu tid, see kernel_tid */
 #define SPAN_TID_BASE 3000000 /* span lanes: after every kernel tid */
 #define STREAMS 128  /* streams told apart per rank; later ones share the last track */
@@ -104,12 +105,17 @@ static void put_num(FILE *out, double v, const char *fmt) {
         fputs("null", out);
 }
 
-/* The first of LANES lanes where [start, end) nests. */
-static int lane_in(lane *lanes, int64_t start, int64_t end) {
+/* The first of LANES lanes where [start, end) nests (nest), or where
+ * nothing is open at start. A rank's ops that overlap ran side by side (a
+ * batched p2p's sends and receives, dualpipev's F beside a B): none is
+ * inside another, and a flow binds to the innermost slice open at its
+ * time (Perfetto's rule), so an op must be alone on its lane or its
+ * arrows leave from the op drawn inside it. */
+static int lane_in(lane *lanes, int64_t start, int64_t end, int nest) {
     for (int i = 0; i < LANES; i++) {
         lane *l = &lanes[i];
         while (l->depth > 0 && l->open[l->depth - 1] <= start) l->depth--;
-        if (l->depth == 0 || end <= l->open[l->depth - 1]) {
+        if (l->depth == 0 || (nest && end <= l->open[l->depth - 1])) {
             if (l->depth < LANE_DEPTH) l->open[l->depth++] = end;
             l->used = 1;
             return i;
@@ -121,9 +127,11 @@ static int lane_in(lane *lanes, int64_t start, int64_t end) {
 
 enum { KIND_COMPUTE, KIND_COMM, KIND_GPU, KIND_SPAN };
 
-/* kind: KIND_COMPUTE ... KIND_SPAN */
+/* kind: KIND_COMPUTE ... KIND_SPAN; the program's spans and the gpu
+ * spans nest (they carry no flow), ops do not (lane_in). */
 static int lane_for(rank_info *r, int kind, int64_t start, int64_t end) {
-    return kind * LANES + lane_in(&r->lanes[kind * LANES], start, end);
+    int nest = kind == KIND_SPAN || kind == KIND_GPU;
+    return kind * LANES + lane_in(&r->lanes[kind * LANES], start, end, nest);
 }
 
 static rank_info *find_rank(rank_info *ranks, size_t n, int rank) {
@@ -235,6 +243,13 @@ static void put_path_flow(FILE *out, int into, int64_t to_id, int pid, int tid, 
     fputc('}', out);
 }
 
+/* A node's process id in the trace: node + 1. Perfetto takes pid 0 for
+ * the kernel's idle task (its threads become "swapper"), and its
+ * maintainers ask synthesized traces to start at 1. */
+static int pid_of(int node) {
+    return node + 1;
+}
+
 static int lane_tid(int rank, int ln) {
     if (ln < 2 * LANES) return rank * 2 * LANES + ln;
     if (ln < 3 * LANES) return GPU_TID_BASE + rank * LANES + ln - 2 * LANES;
@@ -258,6 +273,7 @@ typedef struct chrome_export {
     int64_t job;
     const db_export_steps *steps; /* NULL: every step */
     const char *only_ranks;       /* the ranks listed (pp_parse_ranks), NULL: every rank */
+    const char *ranks_what;       /* how the caller names that list: "--ranks", "ranks" */
     unsigned char *mask;          /* owned: world entries, 1 for a rank exported; NULL: every rank */
     int world;
     FILE *out;
@@ -273,6 +289,23 @@ typedef struct chrome_export {
     size_t nmarks;
 } chrome_export;
 
+/* The runs of consecutive ranks [lo, hi) of runs (first and last of
+ * each) as ORs of "col BETWEEN first AND last", parenthesised in halves:
+ * SQLite refuses an expression more than 1000 deep, and a chain of ORs
+ * is one level a run (every other rank of a 4,096-rank job is 2,048). */
+static void append_runs(sqlite3_str *q, const int (*runs)[2], size_t lo, size_t hi, const char *col) {
+    if (hi - lo == 1) {
+        sqlite3_str_appendf(q, "%s BETWEEN %d AND %d", col, runs[lo][0], runs[lo][1]);
+        return;
+    }
+    size_t mid = lo + (hi - lo) / 2;
+    sqlite3_str_appendall(q, "(");
+    append_runs(q, runs, lo, mid, col);
+    sqlite3_str_appendall(q, " OR ");
+    append_runs(q, runs, mid, hi, col);
+    sqlite3_str_appendall(q, ")");
+}
+
 /* A query's filter of x's steps (step_col) and ranks (rank_col, NULL:
  * any), each " AND ...", or " " for every step and every rank: the
  * caller sqlite3_frees it; NULL when out of memory. A rank list is runs
@@ -283,14 +316,26 @@ static char *filter_of(const chrome_export *x, const char *step_col, const char 
     sqlite3_str *q = sqlite3_str_new(NULL);
     sqlite3_str_appendall(q, " "); /* never empty: sqlite3_str_finish gives NULL for "" */
     sqlite3_str_appendall(q, step_col ? step_filter(f, sizeof f, step_col, x->steps) : "");
-    for (int r = 0, first = 1; x->mask && rank_col && r < x->world; r++) {
-        if (!x->mask[r] || (r > 0 && x->mask[r - 1])) continue;
-        int last = r;
-        while (last + 1 < x->world && x->mask[last + 1]) last++;
-        sqlite3_str_appendf(q, "%s%s BETWEEN %d AND %d", first ? " AND (" : " OR ", rank_col, r, last);
-        first = 0;
+    if (x->mask && rank_col) {
+        int(*runs)[2] = malloc(sizeof *runs * (size_t)(x->world / 2 + 1)); /* at most every other rank */
+        size_t n = 0;
+        for (int r = 0; runs && r < x->world; r++) {
+            if (!x->mask[r] || (r > 0 && x->mask[r - 1])) continue;
+            runs[n][0] = runs[n][1] = r;
+            while (runs[n][1] + 1 < x->world && x->mask[runs[n][1] + 1])
+                runs[n][1]++;
+            n++;
+        }
+        if (!runs || n == 0) { /* out of memory; or no rank, which pp_parse_ranks refuses */
+            free(runs);
+            sqlite3_free(sqlite3_str_finish(q));
+            return NULL;
+        }
+        sqlite3_str_appendall(q, " AND (");
+        append_runs(q, runs, 0, n, rank_col);
+        sqlite3_str_appendall(q, ")");
+        free(runs);
     }
-    if (x->mask && rank_col) sqlite3_str_appendall(q, ")");
     return sqlite3_str_finish(q);
 }
 
@@ -384,11 +429,12 @@ static stream_track *track_for(chrome_export *x, stream_track *cur, const rank_i
 /* One kernel row (see export_kernels' query) as an X event on its track. */
 static void put_kernel(chrome_export *x, sqlite3_stmt *st, stream_track *t, int64_t stream) {
     int64_t s = sqlite3_column_int64(st, 3), e = sqlite3_column_int64(st, 4);
-    int ln = lane_in(t->lanes, s, e);
+    int ln = lane_in(t->lanes, s, e, 1);
     next_event(x);
     fprintf(x->out, "{\"ph\":\"X\",\"name\":");
     json_str(x->out, (const char *)sqlite3_column_text(st, 2));
-    fprintf(x->out, ",\"cat\":\"kernel\",\"pid\":%d,\"tid\":%d,\"ts\":", t->node, kernel_tid(t->rank, t->index, ln));
+    fprintf(x->out, ",\"cat\":\"kernel\",\"pid\":%d,\"tid\":%d,\"ts\":", pid_of(t->node),
+            kernel_tid(t->rank, t->index, ln));
     put_us(x->out, s - x->t0);
     fprintf(x->out, ",\"dur\":");
     put_us(x->out, e - s);
@@ -508,7 +554,7 @@ static int write_header(chrome_export *x, pp_err *err) {
         sqlite3_finalize(st);
         return pp_fail(err, "out of memory while exporting");
     }
-    int found = x->only_ranks && pp_parse_ranks(x->only_ranks, x->world, "ranks", x->mask, err) != 0 ? 1 : 0;
+    int found = x->only_ranks && pp_parse_ranks(x->only_ranks, x->world, x->ranks_what, x->mask, err) != 0 ? 1 : 0;
     if (found == 0 && x->steps) found = steps_window(x, err);
     if (found != 0) {
         sqlite3_finalize(st);
@@ -531,10 +577,12 @@ static void put_process(chrome_export *x, int node, const char *host) {
     char name[300];
     snprintf(name, sizeof name, "node %d%s%s%s", node, host ? " (" : "", host ? host : "", host ? ")" : "");
     next_event(x);
-    fprintf(x->out, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", node);
+    fprintf(x->out, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", pid_of(node));
     json_str(x->out, name);
-    fprintf(x->out, "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
-            "\"args\":{\"sort_index\":%d}}", node, node);
+    fprintf(x->out,
+            "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
+            "\"args\":{\"sort_index\":%d}}",
+            pid_of(node), node);
 }
 
 /* Ranks: from the ranks table, and any rank that only has events (found
@@ -608,7 +656,7 @@ typedef struct op_row {
 
 /* write_ops' query's events columns, for their bounds (bounds.h). */
 static const bounds_event_cols op_cols = {
-    .rank = 0, .stage = 4, .microbatch = 3, .start = 5, .end = 6, .peer = 7, .bytes = 8};
+    .rank = 0, .step = 2, .stage = 4, .microbatch = 3, .start = 5, .end = 6, .peer = 7, .bytes = 8};
 
 static op_row read_op(sqlite3_stmt *st) {
     op_row o = {
@@ -671,8 +719,10 @@ static void put_op(chrome_export *x, const op_row *o, int pid, int tid, const pa
 
 /* The flow of o's transfer, if it is one: inside the span, just after its
  * start (SEND: the data leaves from its start; at its middle, a receive that
- * ended before it drew the arrow backwards, which Perfetto drops) or its
- * last ns (RECV: the data is there when it ends). */
+ * ended before it drew the arrow backwards, which Perfetto drops) or just
+ * before its end (RECV: the data is there when it ends). FLOW_INSET ns in,
+ * not 1: Perfetto reads a time in µs as a double and truncates it to ns,
+ * which moves a point 1 ns from an edge onto it, outside the span. */
 static void put_transfer_flow(chrome_export *x, const op_row *o, int pid, int tid) {
     int64_t flow = o->gpu || !o->has_peer || !exported(x, o->peer)
                        ? -1 /* with ranks, a transfer of two of them */
@@ -686,7 +736,8 @@ static void put_transfer_flow(chrome_export *x, const op_row *o, int pid, int ti
             ",\n{\"ph\":\"%s\",%s\"id\":\"%llx\",\"cat\":\"flow\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
             send ? "s" : "f", send ? "" : "\"bp\":\"e\",", (unsigned long long)flow,
             t[5] == 'F' ? "activation" : "gradient", pid, tid);
-    put_us(x->out, (send ? (e - s > 1 ? s + 1 : s) : e > s ? e - 1 : s) - x->t0);
+    int64_t inset = e - s < 2 * FLOW_INSET ? (e - s) / 2 : FLOW_INSET;
+    put_us(x->out, (send ? s + inset : e - inset) - x->t0);
     fputc('}', x->out);
 }
 
@@ -701,16 +752,16 @@ static const path_mark *find_mark(const chrome_export *x, int64_t id) {
 static void write_op(chrome_export *x, const op_row *o, rank_info *r) {
     int tid = lane_tid(o->rank, lane_for(r, kind_of(o), o->start, o->end));
     const path_mark *mark = o->gpu ? NULL : find_mark(x, o->id);
-    put_op(x, o, r->node, tid, mark);
-    if (mark && mark->from_prev) put_path_flow(x->out, 1, o->id, r->node, tid, o->start, o->end, x->t0);
-    if (mark && mark->next_id >= 0)
-        put_path_flow(x->out, 0, mark->next_id, r->node, tid, o->start, o->end, x->t0);
+    int pid = pid_of(r->node);
+    put_op(x, o, pid, tid, mark);
+    if (mark && mark->from_prev) put_path_flow(x->out, 1, o->id, pid, tid, o->start, o->end, x->t0);
+    if (mark && mark->next_id >= 0) put_path_flow(x->out, 0, mark->next_id, pid, tid, o->start, o->end, x->t0);
     if (x->held && kind_of(o) == KIND_COMPUTE && strcmp(o->phase, "OPT") != 0) {
-        fprintf(x->out, ",\n{\"ph\":\"C\",\"name\":\"activations held rank %d\",\"pid\":%d,\"ts\":", o->rank, r->node);
+        fprintf(x->out, ",\n{\"ph\":\"C\",\"name\":\"activations held rank %d\",\"pid\":%d,\"ts\":", o->rank, pid);
         put_us(x->out, o->end - x->t0);
         fprintf(x->out, ",\"args\":{\"bytes\":%lld}}", (long long)o->bytes);
     }
-    put_transfer_flow(x, o, r->node, tid);
+    put_transfer_flow(x, o, pid, tid);
 }
 
 /* Every traced span of steps, by rank and start (an enclosing span first). */
@@ -758,7 +809,7 @@ static void write_rank_threads(chrome_export *x) {
                 snprintf(tname, sizeof tname, "rank %d %s", r->rank, kinds[ln / LANES]);
             else
                 snprintf(tname, sizeof tname, "rank %d %s %d", r->rank, kinds[ln / LANES], ln % LANES);
-            put_thread(x, r->node, lane_tid(r->rank, ln), tname, r->rank * RANK_SORT + lane_sort(ln));
+            put_thread(x, pid_of(r->node), lane_tid(r->rank, ln), tname, r->rank * RANK_SORT + lane_sort(ln));
         }
     }
 }
@@ -776,7 +827,7 @@ static void write_stream_threads(chrome_export *x) {
             else
                 snprintf(tname, sizeof tname, "rank %d stream %lld", t->rank, (long long)t->stream);
             if (ln) snprintf(tname + strlen(tname), sizeof tname - strlen(tname), " %d", ln);
-            put_thread(x, t->node, kernel_tid(t->rank, t->index, ln), tname,
+            put_thread(x, pid_of(t->node), kernel_tid(t->rank, t->index, ln), tname,
                        RANK_SORT * t->rank + KINDS * LANES + t->index * LANES + ln);
         }
     }
@@ -804,7 +855,7 @@ static int write_losses(chrome_export *x, const char *table, const char *counter
             return -1;
         }
         next_event(x);
-        fprintf(x->out, "{\"ph\":\"C\",\"name\":\"%s\",\"pid\":%d,\"ts\":", counter, sqlite3_column_int(st, 4));
+        fprintf(x->out, "{\"ph\":\"C\",\"name\":\"%s\",\"pid\":%d,\"ts\":", counter, pid_of(sqlite3_column_int(st, 4)));
         put_us(x->out, at - x->t0);
         fprintf(x->out, ",\"args\":{\"loss\":");
         double loss;
@@ -832,8 +883,8 @@ static int write_bubbles(chrome_export *x, pp_err *err) {
             return -1;
         }
         next_event(x);
-        fprintf(x->out, "{\"ph\":\"C\",\"name\":\"bubble ratio rank %d\",\"pid\":%d,\"ts\":",
-                sqlite3_column_int(st, 1), sqlite3_column_int(st, 4));
+        fprintf(x->out, "{\"ph\":\"C\",\"name\":\"bubble ratio rank %d\",\"pid\":%d,\"ts\":", sqlite3_column_int(st, 1),
+                pid_of(sqlite3_column_int(st, 4)));
         put_us(x->out, start - x->t0);
         fprintf(x->out, ",\"args\":{\"bubble\":");
         put_num(x->out, sqlite3_column_double(st, 3), "%.6f");
@@ -866,9 +917,10 @@ static int write_body(chrome_export *x, pp_err *err) {
     return write_end(x, err);
 }
 
-int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, const char *ranks, FILE *out,
-                     pp_err *err) {
-    chrome_export x = {.db = db, .job = job, .steps = steps, .only_ranks = ranks, .out = out, .sep = ""};
+int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, const char *ranks, const char *ranks_what,
+                     FILE *out, pp_err *err) {
+    chrome_export x = {
+        .db = db, .job = job, .steps = steps, .only_ranks = ranks, .ranks_what = ranks_what, .out = out, .sep = ""};
     int ret = write_header(&x, err);
     if (ret == 0) ret = write_body(&x, err);
     free(x.mask);

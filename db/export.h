@@ -20,7 +20,8 @@ int db_export_parse_steps(const char *text, db_export_steps *out, pp_err *err);
  * first..last only; every rank (ranks NULL), or the ops, kernels, bubble
  * ratios and critical-path flows of the ranks listed (pp_parse_ranks'
  * "0-7,512": a 1,024-rank job's whole trace runs to gigabytes), the losses
- * whichever rank computed them. Timestamps are µs since the job's t0 with ns precision
+ * whichever rank computed them; ranks_what names the list in a refusal
+ * (the caller's option, "--ranks", or query parameter, "ranks"). Timestamps are µs since the job's t0 with ns precision
  * (the same in both). One process per node, one thread per rank for
  * compute and one per rank for communication (more lanes only if spans on
  * a lane would overlap without nesting), M events for names and sort
@@ -30,7 +31,7 @@ int db_export_parse_steps(const char *text, db_export_steps *out, pp_err *err);
  * event lies in steps, or ranks is no list of the job's ranks;
  * -1 (naming the file and the job) for an unknown job or an unreadable
  * database, and on a write error of out. */
-int db_export_chrome(sqlite3 *db, int64_t job_id, const db_export_steps *steps, const char *ranks, FILE *out,
-                     pp_err *err);
+int db_export_chrome(sqlite3 *db, int64_t job_id, const db_export_steps *steps, const char *ranks,
+                     const char *ranks_what, FILE *out, pp_err *err);
 
 #endif

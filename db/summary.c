@@ -360,8 +360,8 @@ static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
     int rc = SQLITE_DONE, oom = 0;
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int gpu = sqlite3_column_int(st, 0) != 0, ph = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
-        static const bounds_event_cols cols = {.rank = -1, .stage = -1, .microbatch = -1, .start = 2, .end = 3,
-                                               .peer = -1, .bytes = -1};
+        static const bounds_event_cols cols = {
+            .rank = -1, .step = -1, .stage = -1, .microbatch = -1, .start = 2, .end = 3, .peer = -1, .bytes = -1};
         if (bounds_event_row(st, &cols, s->job_id, err) != 0) {
             rc = SQLITE_DONE;
             oom = -1;
@@ -399,7 +399,7 @@ static int by_total(const void *a, const void *b) {
 /* A span's start_ns and end_ns at columns 1 and 2 (summary_spans,
  * replica_sums), for their bounds. */
 static const bounds_event_cols span_cols = {
-    .rank = -1, .stage = -1, .microbatch = -1, .start = 1, .end = 2, .peer = -1, .bytes = -1};
+    .rank = -1, .step = -1, .stage = -1, .microbatch = -1, .start = 1, .end = 2, .peer = -1, .bytes = -1};
 
 int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **out, size_t *n_out, pp_err *err) {
     *out = NULL;

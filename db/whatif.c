@@ -844,7 +844,7 @@ static int whatif_read_allreduce(sqlite3 *db, const job_summary *s, whatif_repor
                               s, r, &st, err) != 0)
         return -1;
     static const bounds_event_cols cols = {
-        .rank = 1, .stage = 0, .microbatch = -1, .start = 3, .end = 4, .peer = -1, .bytes = -1};
+        .rank = 1, .step = 2, .stage = 0, .microbatch = -1, .start = 3, .end = 4, .peer = -1, .bytes = -1};
     double total[BALANCE_MAX_STAGES] = {0};
     int64_t groups[BALANCE_MAX_STAGES] = {0}, group[3] = {-2, -2, -2}, t = 0;
     int rc;

@@ -451,7 +451,7 @@ Test(base, a_private_folder_nested_too_deep_names_the_right_path, .init = make_s
 
 /* A whole output: the target appears only at the commit; an abort leaves
  * the folder as it was; an existing regular file is replaced (a new
- * inode), never written in place. */
+ * inode), never written in place, and keeps its permissions. */
 Test(base, an_output_appears_whole_at_the_commit, .init = make_scratch, .fini = remove_scratch) {
     char path[128];
     pp_err err;
@@ -476,4 +476,13 @@ Test(base, an_output_appears_whole_at_the_commit, .init = make_scratch, .fini = 
     cr_assert_neq(st0.st_ino, st1.st_ino);
     snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s')\" = o && grep -qx again '%s'", scratch, path);
     cr_assert_eq(system(cmd), 0);
+    /* the file replaced keeps its permissions, from the start of the write */
+    cr_assert_eq(chmod(path, 0640), 0);
+    cr_assert_eq(file_output_begin(&o, path, "--x", 0, &err), 0, "%s", err.msg);
+    struct stat tmp;
+    cr_assert_eq(fstat(fileno(o.f), &tmp), 0);
+    cr_assert_eq(tmp.st_mode & 0777, 0640, "the new file is %o while it is written", tmp.st_mode & 0777);
+    cr_assert_eq(file_output_commit(&o, &err), 0, "%s", err.msg);
+    cr_assert_eq(stat(path, &st1), 0);
+    cr_assert_eq(st1.st_mode & 0777, 0640, "the replaced file is %o", st1.st_mode & 0777);
 }

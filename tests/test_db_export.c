@@ -52,7 +52,7 @@ static cJSON *exported(sqlite3 *s, int64_t job) {
     pp_err err;
     FILE *out = open_memstream(&text, &len);
     cr_assert_not_null(out);
-    cr_assert_eq(db_export_chrome(s, job, NULL, NULL, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_export_chrome(s, job, NULL, NULL, "ranks", out, &err), 0, "%s", err.msg);
     fclose(out);
     cJSON *root = cJSON_Parse(text);
     cr_assert_not_null(root, "the export is valid JSON: %.300s", text);
@@ -120,7 +120,7 @@ Test(db_export, chrome_json_has_one_x_event_per_op_names_and_counters) {
                 /* t0 = 1 ms; 0F0 starts at 1 ms + 1 ns, lasts 10 µs - 1 ns. */
                 cr_assert_float_eq(cJSON_GetObjectItem(e, "ts")->valuedouble, 0.001, 1e-9);
                 cr_assert_float_eq(cJSON_GetObjectItem(e, "dur")->valuedouble, 9.999, 1e-9);
-                cr_assert_eq(pid, 0);
+                cr_assert_eq(pid, 1, "node 0's process is pid 1 (Perfetto keeps pid 0 for the kernel)");
             }
         } else if (strcmp(ph, "C") == 0) {
             if (strcmp(name, "loss") == 0) c_loss++;
@@ -131,11 +131,11 @@ Test(db_export, chrome_json_has_one_x_event_per_op_names_and_counters) {
     cr_assert_eq(c_loss, 4);
     cr_assert_eq(c_bubble, 4);
     cr_assert_eq(comm_on_compute_tid, 0, "communication has its own thread");
-    cJSON *p1 = find_meta(evs, "process_name", 1, -1);
+    cJSON *p1 = find_meta(evs, "process_name", 2, -1); /* node 1's */
     cr_assert_not_null(p1);
     cr_assert(strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(p1, "args"), "name")->valuestring, "beta"));
-    cr_assert_not_null(find_meta(evs, "process_sort_index", 1, -1));
-    cr_assert_not_null(find_meta(evs, "thread_sort_index", 1, 16));
+    cr_assert_not_null(find_meta(evs, "process_sort_index", 2, -1));
+    cr_assert_not_null(find_meta(evs, "thread_sort_index", 2, 16));
     cJSON_Delete(root);
 }
 
@@ -384,8 +384,8 @@ Test(db_export, kernels_get_a_thread_per_rank_and_stream_with_their_op) {
         cr_assert(nests(evs, pid, tid), "thread %d nests", tid);
     }
     /* a rank's stream threads sort after its gpu thread, before the next rank */
-    cJSON *k0 = find_meta(evs, "thread_sort_index", 0, tids[0][1]);
-    cJSON *g0 = find_meta(evs, "thread_sort_index", 0, 1000000), *r1 = find_meta(evs, "thread_sort_index", 0, 16);
+    cJSON *k0 = find_meta(evs, "thread_sort_index", 1, tids[0][1]);
+    cJSON *g0 = find_meta(evs, "thread_sort_index", 1, 1000000), *r1 = find_meta(evs, "thread_sort_index", 1, 16);
     cr_assert(k0 && g0 && r1);
     int ks = cJSON_GetObjectItem(cJSON_GetObjectItem(k0, "args"), "sort_index")->valueint;
     cr_assert_gt(ks, cJSON_GetObjectItem(cJSON_GetObjectItem(g0, "args"), "sort_index")->valueint);
@@ -397,6 +397,74 @@ Test(db_export, kernels_get_a_thread_per_rank_and_stream_with_their_op) {
 static int is_cat(cJSON *e, const char *cat) {
     cJSON *c = cJSON_GetObjectItem(e, "cat");
     return cJSON_IsString(c) && strcmp(c->valuestring, cat) == 0;
+}
+
+/* A time of the export in ns as Perfetto reads it: the µs as a double,
+ * times 1000, truncated. */
+static int64_t perfetto_ns(cJSON *v) {
+    return (int64_t)(v->valuedouble * 1000.0);
+}
+
+/* Every flow end binds to the op it belongs to, as Perfetto binds it: to
+ * the innermost slice open on its thread at its time. A transfer starts
+ * in a SEND and ends in a RECV; a critical path's flow starts in an op
+ * on the path and ends in the op whose event id it carries. For that no
+ * op of a compute or communication thread may overlap another there (a
+ * batched p2p's identical SEND and RECV, dualpipev's F beside a B): such
+ * a thread holds one op at a time. Returns the flow ends checked. */
+static int flows_bind_to_their_ops(cJSON *evs, const char *what) {
+    enum { MAX_OPS = 8192 };
+    static struct op_at {
+        int pid, tid;
+        int64_t s, e;
+        cJSON *x;
+    } ops[MAX_OPS];
+    int n = 0, checked = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") != 0 ||
+            !(is_cat(e, "compute") || is_cat(e, "comm") || is_cat(e, "optimizer")))
+            continue;
+        cr_assert_lt(n, MAX_OPS);
+        int64_t s = perfetto_ns(cJSON_GetObjectItem(e, "ts"));
+        ops[n++] = (struct op_at){cJSON_GetObjectItem(e, "pid")->valueint, cJSON_GetObjectItem(e, "tid")->valueint, s,
+                                  s + perfetto_ns(cJSON_GetObjectItem(e, "dur")), e};
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            cr_assert(ops[i].pid != ops[j].pid || ops[i].tid != ops[j].tid || ops[i].e <= ops[j].s ||
+                          ops[j].e <= ops[i].s,
+                      "%s: %s and %s overlap on thread %d", what, cJSON_GetObjectItem(ops[i].x, "name")->valuestring,
+                      cJSON_GetObjectItem(ops[j].x, "name")->valuestring, ops[i].tid);
+    cJSON_ArrayForEach(e, evs) {
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+        int path = is_cat(e, "critical_path");
+        if ((strcmp(ph, "s") != 0 && strcmp(ph, "f") != 0) || !(path || is_cat(e, "flow"))) continue;
+        int pid = cJSON_GetObjectItem(e, "pid")->valueint, tid = cJSON_GetObjectItem(e, "tid")->valueint;
+        int64_t t = perfetto_ns(cJSON_GetObjectItem(e, "ts"));
+        cJSON *x = NULL;
+        for (int i = 0; i < n && !x; i++)
+            if (ops[i].pid == pid && ops[i].tid == tid && ops[i].s <= t && t < ops[i].e) x = ops[i].x;
+        cr_assert_not_null(x, "%s: a %s flow at %lld ns on thread %d binds to no op", what,
+                           cJSON_GetObjectItem(e, "name")->valuestring, (long long)t, tid);
+        cJSON *a = cJSON_GetObjectItem(x, "args");
+        const char *phase = cJSON_GetObjectItem(a, "phase")->valuestring,
+                   *op = cJSON_GetObjectItem(x, "name")->valuestring;
+        if (strncmp(phase, "EVAL_", 5) == 0) phase += 5;
+        if (!path)
+            cr_assert(strncmp(phase, *ph == 's' ? "SEND_" : "RECV_", 5) == 0, "%s: a transfer's flow %s binds to %s",
+                      what, *ph == 's' ? "start" : "end", op);
+        else if (*ph == 's')
+            cr_assert_not_null(cJSON_GetObjectItem(a, "critical_path"), "%s: a path's flow starts in %s, off the path",
+                               what, op);
+        else
+            cr_assert_eq((long long)cJSON_GetObjectItem(a, "event_id")->valuedouble,
+                         strtoll(cJSON_GetObjectItem(e, "id")->valuestring, NULL, 16),
+                         "%s: a path's flow into event %s binds to %s", what, cJSON_GetObjectItem(e, "id")->valuestring,
+                         op);
+        checked++;
+    }
+    return checked;
 }
 
 /* One end of a transfer: the X event of a SEND or RECV span. */
@@ -454,6 +522,7 @@ static int check_flows(const char *sched, const char *extra) {
     }
     cr_assert_gt(sends, 0, "%s has transfers", sched);
     cr_assert_eq(sends, recvs);
+    cr_assert_geq(flows_bind_to_their_ops(evs, sched), 2 * sends, "%s: every transfer's flow checked", sched);
     int starts = 0, ends = 0;
     cJSON_ArrayForEach(e, evs) {
         const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
@@ -510,6 +579,7 @@ Test(db_export, each_transfer_is_a_flow_from_its_send_to_its_recv, .timeout = 12
     cr_assert_eq(check_flows("1f1b", ""), 0);
     check_flows("interleaved-1f1b", "--virtual-stages 2");
     check_flows("zb-v", "");
+    check_flows("dualpipev", ""); /* an F runs beside a B: neither drawn inside the other */
     /* 2 evaluations of 2 microbatches: each a send and a receive, and a loss */
     cr_assert_eq(check_flows("1f1b", "--eval-every 1 --eval-microbatches 2"), 2 * 2 * 3,
                  "the evaluations' transfers on the comm thread and their losses as a counter");
@@ -558,6 +628,40 @@ Test(db_export, a_flow_never_ends_before_it_starts) {
     cJSON_Delete(root);
 }
 
+/* A batched p2p's send and receive share their span (PyTorch's
+ * pipelining waits for the batch as a whole): two identical spans on one
+ * thread, one drawn inside the other, took the arrows of both. Each is
+ * alone on a thread of the rank's, and each arrow leaves from its SEND
+ * and arrives in its RECV. */
+Test(db_export, a_batched_p2ps_identical_spans_each_keep_their_arrow) {
+    const char *path = tfix_path("flow-batch.db");
+    db *d = tfix_open_fresh(path);
+    pp_err err;
+    int64_t job = tfix_job(d);
+    static const struct {
+        int phase, rank, stage, peer;
+    } ops[] = {{TRACE_SEND_F, 0, 0, 1}, {TRACE_RECV_B, 0, 0, 1}, {TRACE_RECV_F, 1, 1, 0}, {TRACE_SEND_B, 1, 1, 0}};
+    trace_event ev[4];
+    for (int i = 0; i < 4; i++)
+        ev[i] = (trace_event){.version = TRACE_EVENT_VERSION,
+                              .phase = (uint8_t)ops[i].phase,
+                              .rank = ops[i].rank,
+                              .stage = ops[i].stage,
+                              .peer = ops[i].peer,
+                              .bytes = 64,
+                              .start_ns = 1000000,
+                              .end_ns = 1100000};
+    cr_assert_eq(db_insert_events(d, job, ev, 4, &err), 0, "%s", err.msg);
+    db_close(d);
+    sqlite3 *s;
+    cr_assert_eq(db_open_readonly("--db", path, &s, &err), 0, "%s", err.msg);
+    cJSON *root = exported(s, job);
+    sqlite3_close(s);
+    cr_assert_eq(flows_bind_to_their_ops(cJSON_GetObjectItem(root, "traceEvents"), "a batched p2p"), 4,
+                 "both transfers' starts and ends");
+    cJSON_Delete(root);
+}
+
 /* Held activation bytes: a counter per rank, on the rank's node, at each
  * F/B end; none for a trace that did not record them. */
 Test(db_export, activations_held_are_a_counter_per_rank_at_each_op_end) {
@@ -596,7 +700,7 @@ Test(db_export, activations_held_are_a_counter_per_rank_at_each_op_end) {
                 continue;
             int rank = name[strlen(name) - 1] - '0';
             cr_assert(strcmp(name, rank ? "activations held rank 1" : "activations held rank 0") == 0, "%s", name);
-            cr_assert_eq(cJSON_GetObjectItem(e, "pid")->valueint, rank, "rank %d's node", rank);
+            cr_assert_eq(cJSON_GetObjectItem(e, "pid")->valueint, rank + 1, "rank %d's node, rank %d", rank, rank);
             double ts = cJSON_GetObjectItem(e, "ts")->valuedouble; /* us since t0 = 1 ms */
             int64_t bytes = (int64_t)cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "bytes")->valuedouble;
             if (ts < 1000) { /* step 0 ends by 100 us */
@@ -700,6 +804,7 @@ Test(db_export, each_steps_critical_path_is_marked_and_chained_by_flows, .timeou
         ends += *ph == 'f' && is_cat(e, "critical_path");
     }
     cr_assert_eq(marked, on_path, "only the paths' ops are marked");
+    flows_bind_to_their_ops(evs, "a 3-step job's critical paths");
     cr_assert_eq(starts, on_path - 3, "a flow between consecutive ops of each step's path");
     cr_assert_eq(ends, starts);
     sqlite3_close(db);
@@ -864,7 +969,7 @@ Test(db_export, ranks_exports_only_those_ranks, .timeout = 60) {
     static const struct {
         const char *ranks, *says;
     } bad[] = {
-        {"0-4", "ranks '0-4': rank 4 is past the last, 3"},
+        {"0-4", "--ranks '0-4': rank 4 is past the last, 3"},
         {"2-1", "--ranks '2-1': in 2-1 the last rank comes before the first"},
         {"1,", "--ranks '1,' is not a list of ranks: give N or FIRST-LAST, separated by commas"},
         {"", "--ranks '' is not a list of ranks"},
@@ -873,6 +978,35 @@ Test(db_export, ranks_exports_only_those_ranks, .timeout = 60) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         export_refuses(path, "--ranks", bad[i].ranks, bad[i].says, json);
+
+    /* every other rank of a 4,096-rank job (stage 0 of each pipeline, say):
+     * 2,048 runs, past SQLite's 1,000 levels as a chain of ORs */
+    sqlite3 *w;
+    cr_assert_eq(sqlite3_open(path, &w), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(w, "UPDATE jobs SET world_size = 4096 WHERE id = 1", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(w);
+    static char every_other[4096 * 3];
+    for (int r = 0, at = 0; r < 4096; r += 2)
+        at += snprintf(every_other + at, sizeof every_other - (size_t)at, "%s%d", r ? "," : "", r);
+    cr_assert_eq(db_open_readonly("--db", path, &db, &err), 0, "%s", err.msg);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    cr_assert_eq(db_export_chrome(db, 1, NULL, every_other, "--ranks", out, &err), 0, "%s", err.msg);
+    fclose(out);
+    sqlite3_close(db);
+    root = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(root);
+    int of_rank[4] = {0};
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+        int tid = cJSON_GetObjectItem(e, "tid") ? cJSON_GetObjectItem(e, "tid")->valueint : -1;
+        if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") == 0 && tid >= 0 && tid < 16 * 4)
+            of_rank[tid / 16]++; /* a host thread: 16 x rank + lane */
+    }
+    cr_assert(of_rank[0] > 0 && of_rank[2] > 0 && of_rank[1] == 0 && of_rank[3] == 0,
+              "ranks 0 and 2 of the 4 with events: %d %d %d %d", of_rank[0], of_rank[1], of_rank[2], of_rank[3]);
+    cJSON_Delete(root);
     fixture_remove(path);
 }
 
@@ -962,12 +1096,13 @@ Test(db_export, a_programs_bw_and_named_spans) {
     cr_assert_eq(bw, 4);
     cr_assert_eq(spans, 2);
     cr_assert_eq(counters, 4, "rank 1's F and BW only: its spans are not ops");
-    cJSON *tn = find_meta(evs, "thread_name", 1, span_tid);
+    cJSON *tn = find_meta(evs, "thread_name", 2, span_tid);
     cr_assert_not_null(tn, "the spans' thread is named");
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(tn, "args"), "name")->valuestring, "rank 1 spans");
-    int sort_spans = cJSON_GetObjectItem(cJSON_GetObjectItem(find_meta(evs, "thread_sort_index", 1, span_tid), "args"),
-                                         "sort_index")->valueint;
-    cJSON *comm = find_meta(evs, "thread_sort_index", 1, 24), *rank2 = find_meta(evs, "thread_sort_index", 1, 32);
+    int sort_spans =
+        cJSON_GetObjectItem(cJSON_GetObjectItem(find_meta(evs, "thread_sort_index", 2, span_tid), "args"), "sort_index")
+            ->valueint;
+    cJSON *comm = find_meta(evs, "thread_sort_index", 2, 24), *rank2 = find_meta(evs, "thread_sort_index", 2, 32);
     cr_assert_not_null(comm, "rank 1's comm thread");
     cr_assert_gt(sort_spans, cJSON_GetObjectItem(cJSON_GetObjectItem(comm, "args"), "sort_index")->valueint);
     cr_assert(!rank2, "no rank 2");

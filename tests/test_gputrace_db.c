@@ -169,7 +169,7 @@ Test(gputrace_db, kernels_get_names_and_their_gpu_span_and_analyses_ignore_gpu_r
     size_t len = 0;
     FILE *out = open_memstream(&json, &len);
     pp_err err;
-    cr_assert_eq(db_export_chrome(s, 1, NULL, NULL, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_export_chrome(s, 1, NULL, NULL, "ranks", out, &err), 0, "%s", err.msg);
     fclose(out);
     cr_assert(strstr(json, "\"args\":{\"name\":\"rank 0 gpu\"}") != NULL, "a thread named 'rank 0 gpu'");
     int gpu_spans = 0;

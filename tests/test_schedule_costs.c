@@ -374,5 +374,6 @@ Test(schedule_costs, max_mem_bytes_from_a_job_of_another_split_or_recompute_exit
     sqlite3_close(sql);
     cr_expect_eq(jobs, 2);
     fixture_remove(src);
+    fixture_remove(forged);
     fixture_remove(dst);
 }

@@ -405,7 +405,7 @@ static void trace_export(route_req *q, reply *r) {
     pp_err err;
     const trace_only *only = q->arg;
     int rc = db_export_chrome(q->db, q->job.id, only->has_steps ? &only->steps : NULL,
-                              only->ranks[0] ? only->ranks : NULL, out, &err);
+                              only->ranks[0] ? only->ranks : NULL, "ranks", out, &err);
     off_t len = ftello(out);
     if (rc != 0 || len < 0) {
         fclose(out);

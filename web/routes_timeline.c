@@ -179,7 +179,7 @@ static int event_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx
     /* a forged microbatch, stage, peer or byte count is refused, never
      * shown truncated (rank and times: the window's reader checks them) */
     static const bounds_event_cols cols = {
-        .rank = -1, .stage = 4, .microbatch = 3, .start = -1, .end = -1, .peer = 8, .bytes = 9};
+        .rank = -1, .step = 2, .stage = 4, .microbatch = 3, .start = -1, .end = -1, .peer = 8, .bytes = 9};
     pp_err err;
     if (bounds_event_row(st, &cols, o->job, &err) != 0) {
         if (o->r->status < 400) reply_error(o->r, 500, "%s", err.msg);

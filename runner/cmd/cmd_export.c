@@ -115,7 +115,7 @@ int cmd_export(int argc, char **argv) {
     }
     /* Standard output too gets the trace only once it is whole
      * (file_output), so a refusal at a bad row prints nothing. */
-    int rc = db_export_chrome(sql, job, steps_s ? &steps : NULL, ranks, out.f, &err);
+    int rc = db_export_chrome(sql, job, steps_s ? &steps : NULL, ranks, "--ranks", out.f, &err);
     db_reader_close(sql);
     /* A job or steps that are not there are bad input (2); output that
      * could not be written is a failure (1), as for pprun query. Errors
