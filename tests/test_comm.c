@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/net.h"
 #include "helpers/capture.h"
 #include "helpers/comm_file_exchange.h"
 #include "helpers/comm_world.h"
@@ -935,4 +936,45 @@ Test(comm_tcp, a_reader_thread_that_cannot_start_fails_the_receive_naming_why, .
     cr_assert(strstr(err, "pprun comm (rank 1): comm: cannot start the reader thread for rank 0: Resource temporarily "
                           "unavailable: the limit on threads was hit: this user's (RLIMIT_NPROC, `ulimit -u`: "),
               "%s", err);
+}
+
+/* ---- strangers at a rank's port ---------------------------------------------- */
+
+enum { STRANGERS = 100 }; /* more than COMM_TCP_PENDING_MAX: the oldest are let go */
+
+/* Rank 1 lets STRANGERS connections to its port in (a port scan, someone
+ * without the job: each connects and says nothing), then tells rank 0,
+ * which sends. Each stranger used to hold rank 1's monitor for the 2 s
+ * its hello was waited for, one after another: rank 0's hello went
+ * unanswered past its connect timeout (10 s), and the job failed. arg: the
+ * file that tells rank 0. */
+static int strangers_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    const char *in = arg;
+    int v = 42;
+    if (rank == 0) {
+        for (int i = 0; i < 3000 && access(in, F_OK) != 0; i++) usleep(10000);
+        return comm_send(c, 1, 3, &v, sizeof v, rep) < 0 || comm_flush(c, 10000, rep) < 0 ? -1 : 0;
+    }
+    int fds[STRANGERS], n = 0;
+    for (; n < STRANGERS; n++) {
+        pp_err e;
+        if ((fds[n] = net_connect("127.0.0.1", c->port, 1000, 0, &e)) < 0) {
+            pp_fail(rep, "stranger %d cannot connect: %s", n, e.msg);
+            break;
+        }
+    }
+    int rc = n == STRANGERS ? 0 : -1;
+    close(open(in, O_WRONLY | O_CREAT, 0600));
+    if (rc == 0) rc = comm_recv(c, 0, 3, &v, sizeof v, 20000, rep);
+    if (rc == 0 && v != 42) rc = pp_fail(rep, "rank 0 sent 42, got %d", v);
+    while (n > 0) close(fds[--n]);
+    return rc;
+}
+
+Test(comm_tcp, strangers_that_connect_and_say_nothing_do_not_hold_up_the_job, .timeout = 60) {
+    char in[256];
+    snprintf(in, sizeof in, "%s", tfix_path("strangers-in")); /* removed when the test process exits */
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, "tcp", strangers_fn, in, &r), 0);
+    expect_all_ok(&r, 2);
 }

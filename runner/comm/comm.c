@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #define COMM_MAX_WORLD 65536
+#define TCP_ACCEPT_WAIT_MS 2000 /* comm_recv's look into the backlog for a dead peer's connection */
 
 const char *comm_tag_str(uint64_t tag, char *buf, size_t cap) {
     static const char *dirs[] = {"activation", "gradient", "control", NULL, NULL, "collective", "evaluation activation"};
@@ -518,7 +519,7 @@ static int recv_msg(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
             /* Its connection to us (and what it sent) may wait in the backlog. */
             accepted = 1;
             pthread_mutex_unlock(&p->mu);
-            comm_tcp_accept(c);
+            comm_tcp_accept(c, TCP_ACCEPT_WAIT_MS);
             pthread_mutex_lock(&p->mu);
             continue;
         }
@@ -763,6 +764,7 @@ void comm_close(comm *c) {
         pthread_cond_destroy(&c->peers[r].cv_flush);
     }
     if (c->listen_fd >= 0) close(c->listen_fd);
+    comm_tcp_pending_free(c);
     if (c->wake_fd >= 0) close(c->wake_fd);
     pthread_mutex_destroy(&c->accept_mu);
     pthread_mutex_destroy(&c->ex_mu);

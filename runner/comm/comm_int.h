@@ -12,6 +12,7 @@
  * waits for room: comm_shm.c). */
 #ifndef PP_COMM_INT_H
 #define PP_COMM_INT_H
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/types.h>
@@ -123,7 +124,10 @@ typedef struct comm {
     char host[256];
     char token[PP_TOKEN_MAX + 1]; /* "" = none */
     int listen_fd, port;
-    pthread_mutex_t accept_mu; /* monitor and comm_recv may both accept */
+    pthread_mutex_t accept_mu; /* monitor and comm_recv may both accept; holds the three below */
+    struct comm_tcp_pending *pending; /* [COMM_TCP_PENDING_MAX] accepted, hello not all read (comm_tcp.c) */
+    int npending;
+    int refusals;              /* connections refused for their token, said up to a bound */
     int wake_fd;               /* eventfd: monitor rebuilds its poll set */
     pthread_t monitor;
     int monitor_started;
@@ -207,7 +211,21 @@ int comm_tcp_listen(comm *c, pp_err *err);
  * hello); -2: refused or reset, i.e. the peer that published this
  * endpoint has exited. */
 int comm_tcp_connect(comm_peer *p, const char *host, int port, pp_err *err);
-void comm_tcp_accept(comm *c);        /* monitor: one pending connection */
+/* Connections accepted whose hello is still coming, at most: a stranger
+ * that connects and says nothing holds one until its deadline, and the
+ * oldest goes when all are taken. */
+#define COMM_TCP_PENDING_MAX 64
+/* Takes every connection waiting in the listener's backlog, reads what
+ * has come of each pending hello without waiting, and starts a reader
+ * for each peer whose hello is whole and right; wait_ms > 0 goes on
+ * until no hello is pending or that long has passed (comm_recv, for a
+ * dead peer's connection and data in the backlog). Never blocks on one
+ * connection: the monitor calls it with 0. */
+void comm_tcp_accept(comm *c, int wait_ms);
+/* The pending connections' fds into fds (at most max), for the monitor's
+ * poll: their count. */
+int comm_tcp_pending_fds(comm *c, struct pollfd *fds, int max);
+void comm_tcp_pending_free(comm *c); /* closes and frees them (comm_close) */
 size_t comm_tcp_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb);
 int comm_tcp_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_t cap);
 

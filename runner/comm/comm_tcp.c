@@ -21,7 +21,9 @@
 #include "runner/comm/comm_int.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -31,7 +33,7 @@
 
 #define TCP_MAGIC 0x70707463u  /* "pptc" */
 #define TCP_VERSION 2u     /* 2: the token and the answer byte */
-#define TCP_HELLO_WAIT_MS 2000 /* a connector that never says hello must not stall the monitor */
+#define TCP_HELLO_WAIT_MS 2000 /* a connector's time to say its hello, from its accept */
 
 typedef struct hello {
     uint32_t magic, version;
@@ -40,9 +42,20 @@ typedef struct hello {
     uint32_t token_len, pad;  /* token_len bytes of token follow */
 } hello;
 
+/* A connection accepted whose hello is still coming (comm_int.h,
+ * COMM_TCP_PENDING_MAX). */
+typedef struct comm_tcp_pending {
+    int fd;
+    uint64_t deadline; /* accepted + TCP_HELLO_WAIT_MS */
+    size_t got;        /* bytes of buf read */
+    unsigned char buf[sizeof(hello) + PP_TOKEN_MAX];
+} comm_tcp_pending;
+
 int comm_tcp_listen(comm *c, pp_err *err) {
     /* The published name may not be an address of this machine (NAT, a DNS
      * alias): then every address of its family. */
+    c->pending = calloc(COMM_TCP_PENDING_MAX, sizeof *c->pending);
+    if (!c->pending) return pp_fail(err, "comm: out of memory");
     int fd = net_listen(c->host, 0, 128, NET_NONBLOCK | NET_ANY_IF_NOT_LOCAL, err);
     if (fd < 0) return pp_wrap(err, "comm");
     c->port = net_local_port(fd);
@@ -115,58 +128,123 @@ static void *tcp_reader_main(void *arg) {
     return NULL;
 }
 
-void comm_tcp_accept(comm *c) {
-    pthread_mutex_lock(&c->accept_mu);
-    for (;;) {
-        int fd = net_accept(c->listen_fd, 0);
-        if (fd < 0) break;  /* EAGAIN: none pending */
-        uint64_t deadline = pp_deadline_ns(TCP_HELLO_WAIT_MS);
-        hello h;
-        unsigned char tok[PP_TOKEN_MAX];
-        if (net_read_all(fd, &h, sizeof h, deadline) != (ssize_t)sizeof h || h.magic != TCP_MAGIC ||
-            h.version != TCP_VERSION || h.job_hash != c->job_hash || h.world != c->world || h.rank < 0 ||
-            h.rank >= c->world || h.rank == c->rank || h.token_len > PP_TOKEN_MAX ||
-            (h.token_len && net_read_all(fd, tok, h.token_len, deadline) != (ssize_t)h.token_len)) {
-            close(fd);
-            continue;
-        }
-        unsigned char ok = !c->token[0] || pp_token_equal(c->token, tok, h.token_len);
-        memset(tok, 0, sizeof tok);
-        if (!ok) {
+/* Refused for its token: said on stderr up to this many times a rank (a
+ * stranger who knows the job's hash may try again and again). */
+#define TCP_REFUSALS_SAID 10
+
+/* A whole hello on fd, its token in tok: the peer's connection becomes
+ * its input (a reader thread), or fd is closed. */
+static void hello_done(comm *c, int fd, const hello *h, const unsigned char *tok) {
+    uint64_t deadline = pp_deadline_ns(TCP_HELLO_WAIT_MS); /* for the one byte of answer */
+    unsigned char ok = !c->token[0] || pp_token_equal(c->token, tok, h->token_len);
+    if (!ok) {
+        if (++c->refusals <= TCP_REFUSALS_SAID) {
             char peer[80];
             net_peer_name(fd, peer, sizeof peer);
-            fprintf(stderr, "pprun comm (rank %d): refused a connection from %s (saying it is rank %d): %s job token\n",
-                    c->rank, peer, h.rank, h.token_len ? "wrong" : "no");
-            if (h.token_len) (void)net_write_all(fd, &ok, 1, deadline);
-            close(fd);
-            continue;
+            fprintf(stderr, "pprun comm (rank %d): refused a connection from %s (saying it is rank %d): %s job token%s\n",
+                    c->rank, peer, h->rank, h->token_len ? "wrong" : "no",
+                    c->refusals == TCP_REFUSALS_SAID ? " (further refusals are not said)" : "");
         }
-        comm_peer *p = &c->peers[h.rank];
-        if (p->kind != COMM_TCP || p->in_fd >= 0) {
-            close(fd);
-            continue;
+        if (h->token_len) (void)net_write_all(fd, &ok, 1, deadline);
+        close(fd);
+        return;
+    }
+    comm_peer *p = &c->peers[h->rank];
+    if (p->kind != COMM_TCP || p->in_fd >= 0 || (h->token_len && net_write_all(fd, &ok, 1, deadline) < 0)) {
+        close(fd);
+        return;
+    }
+    p->in_fd = fd;
+    int rc = comm_start_reader(p, tcp_reader_main);
+    if (rc != 0) { /* what it sends cannot be read: its receives fail now, saying why, not at their timeout */
+        p->in_fd = -1;
+        close(fd);
+        char why[1200];
+        comm_thread_failed(c, "reader", h->rank, rc, why, sizeof why);
+        fprintf(stderr, "pprun comm (rank %d): %s\n", c->rank, why);
+        /* its input ended, by this rank's failure: the peer is well (in_local, read under p->mu once
+         * comm_rx_end has closed the input) */
+        p->in_local = 1;
+        snprintf(why, sizeof why, "cannot be read: rank %d could not start a thread to read it (%s)", c->rank,
+                 strerror(rc));
+        comm_rx_end(p, why);
+    }
+}
+
+/* Reads what has come of q's hello, without waiting: 0 while more is to
+ * come, 1 when q is finished (its fd handed on or closed). A hello that
+ * is not this job's is closed as soon as its header shows it. */
+static int hello_read(comm *c, comm_tcp_pending *q) {
+    for (;;) {
+        hello h;
+        size_t need = sizeof h;
+        if (q->got >= sizeof h) {
+            memcpy(&h, q->buf, sizeof h);
+            if (h.magic != TCP_MAGIC || h.version != TCP_VERSION || h.job_hash != c->job_hash || h.world != c->world ||
+                h.rank < 0 || h.rank >= c->world || h.rank == c->rank || h.token_len > PP_TOKEN_MAX) {
+                close(q->fd);
+                return 1;
+            }
+            need += h.token_len;
+            if (q->got == need) {
+                hello_done(c, q->fd, &h, q->buf + sizeof h);
+                memset(q->buf, 0, sizeof q->buf); /* the token */
+                return 1;
+            }
         }
-        if (h.token_len && net_write_all(fd, &ok, 1, deadline) < 0) {
-            close(fd);
+        ssize_t k = recv(q->fd, q->buf + q->got, need - q->got, MSG_DONTWAIT);
+        if (k > 0) {
+            q->got += (size_t)k;
+        } else if (k < 0 && errno == EINTR) {
             continue;
-        }
-        p->in_fd = fd;
-        int rc = comm_start_reader(p, tcp_reader_main);
-        if (rc != 0) { /* what it sends cannot be read: its receives fail now, saying why, not at their timeout */
-            p->in_fd = -1;
-            close(fd);
-            char why[1200];
-            comm_thread_failed(c, "reader", h.rank, rc, why, sizeof why);
-            fprintf(stderr, "pprun comm (rank %d): %s\n", c->rank, why);
-            /* its input ended, by this rank's failure: the peer is well (in_local, read under p->mu once
-             * comm_rx_end has closed the input) */
-            p->in_local = 1;
-            snprintf(why, sizeof why, "cannot be read: rank %d could not start a thread to read it (%s)", c->rank,
-                     strerror(rc));
-            comm_rx_end(p, why);
+        } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && pp_now_ns() < q->deadline) {
+            return 0;
+        } else { /* closed, broken, or past its deadline */
+            close(q->fd);
+            return 1;
         }
     }
+}
+
+void comm_tcp_accept(comm *c, int wait_ms) {
+    pthread_mutex_lock(&c->accept_mu);
+    uint64_t until = wait_ms > 0 ? pp_deadline_ns(wait_ms) : 0;
+    for (;;) {
+        int fd;
+        while (c->pending && (fd = net_accept(c->listen_fd, 0)) >= 0) {
+            if (c->npending == COMM_TCP_PENDING_MAX) { /* the oldest goes: it has had the longest to speak */
+                close(c->pending[0].fd);
+                memmove(&c->pending[0], &c->pending[1], sizeof c->pending[0] * (COMM_TCP_PENDING_MAX - 1));
+                c->npending--;
+            }
+            c->pending[c->npending++] = (comm_tcp_pending){.fd = fd, .deadline = pp_deadline_ns(TCP_HELLO_WAIT_MS)};
+        }
+        int kept = 0;
+        for (int i = 0; i < c->npending; i++)
+            if (!hello_read(c, &c->pending[i])) c->pending[kept++] = c->pending[i];
+        c->npending = kept;
+        if (!until || kept == 0 || pp_now_ns() >= until) break;
+        struct pollfd fds[COMM_TCP_PENDING_MAX + 1];
+        int n = comm_tcp_pending_fds(c, fds, COMM_TCP_PENDING_MAX);
+        fds[n++] = (struct pollfd){.fd = c->listen_fd, .events = POLLIN};
+        (void)poll(fds, (nfds_t)n, 10); /* and look at the deadlines again */
+    }
+    int left = c->npending;
     pthread_mutex_unlock(&c->accept_mu);
+    if (wait_ms > 0 && left) comm_monitor_kick(c); /* the monitor's poll takes the hellos still coming */
+}
+
+int comm_tcp_pending_fds(comm *c, struct pollfd *fds, int max) {
+    int n = 0;
+    for (int i = 0; i < c->npending && n < max; i++) fds[n++] = (struct pollfd){.fd = c->pending[i].fd, .events = POLLIN};
+    return n;
+}
+
+void comm_tcp_pending_free(comm *c) {
+    for (int i = 0; i < c->npending; i++) close(c->pending[i].fd);
+    free(c->pending);
+    c->pending = NULL;
+    c->npending = 0;
 }
 
 size_t comm_tcp_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb) {

@@ -2,7 +2,10 @@
  * to wake it: a pidfd of every peer on this node (readable the moment that
  * process exits, zombie or not: kill(pid, 0) cannot tell), every outgoing
  * TCP socket for POLLRDHUP (nothing is ever sent back on it, so readable
- * means closed or reset), and the TCP listener (new peers).  A dead peer is
+ * means closed or reset), the TCP listener (new peers) and the connections
+ * it accepted whose hello is still coming (comm_tcp_accept reads them as
+ * their bytes arrive: a stranger who connects and says nothing stalls
+ * nothing).  A dead peer is
  * marked and every waiter on it woken, so receivers and blocked senders
  * fail at once with the peer's name. */
 #include "runner/comm/comm_int.h"
@@ -54,7 +57,7 @@ static int proc_gone(pid_t pid) {
 
 void *comm_monitor_main(void *arg) {
     comm *c = arg;
-    int cap = 2 + 2 * c->world;
+    int cap = 2 + 2 * c->world + COMM_TCP_PENDING_MAX;
     struct pollfd *fds = calloc((size_t)cap, sizeof *fds);
     int *who = calloc((size_t)cap, sizeof *who);
     if (!fds || !who) {  /* cannot watch: peers' deaths fall back to timeouts */
@@ -69,6 +72,11 @@ void *comm_monitor_main(void *arg) {
         if (c->listen_fd >= 0) {
             fds[n] = (struct pollfd){.fd = c->listen_fd, .events = POLLIN};
             who[n++] = -2;
+            /* hellos still coming: their bytes wake it (who -2 too: comm_tcp_accept reads them) */
+            pthread_mutex_lock(&c->accept_mu);
+            int k = comm_tcp_pending_fds(c, fds + n, COMM_TCP_PENDING_MAX);
+            pthread_mutex_unlock(&c->accept_mu);
+            for (int i = 0; i < k; i++) who[n++] = -2;
         }
         for (int r = 0; r < c->world; r++) {
             comm_peer *p = &c->peers[r];
@@ -89,7 +97,7 @@ void *comm_monitor_main(void *arg) {
         if (rc < 0 && errno != EINTR) break;
         /* Accept first: a peer that connected, sent and died must have its
          * connection (and the data in it) taken before its death is seen. */
-        if (c->listen_fd >= 0) comm_tcp_accept(c);
+        if (c->listen_fd >= 0) comm_tcp_accept(c, 0);
         for (int i = 0; rc > 0 && i < n; i++) {
             if (!fds[i].revents) continue;
             if (who[i] == -1) {
