@@ -492,6 +492,40 @@ Test(launch_multinode, a_node_arriving_after_node_0_gave_up_hears_why_and_starts
     lt_free(&n2);
 }
 
+/* A node stopped while it waits at the first rendezvous (it joined; the
+ * others have not all come) calls the attempt off for every node: node 0
+ * stops at once, naming it, instead of waiting for it until
+ * --rdzv-timeout (60 s here), or starting without it once a third node
+ * completed the count (then failing when its ranks never came). */
+Test(launch_multinode, a_node_stopped_at_the_first_rendezvous_calls_the_job_off) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"launch", "--nnodes", "3",  "--node-rank", "0",    "--master-port", port,
+                        "--rdzv-timeout", "60", "--", "echo", "started", NULL};
+    const char *a1[] = {"launch", "--nnodes", "3",  "--node-rank", "1",    "--master-port", port,
+                        "--rdzv-timeout", "60", "--", "echo", "started", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    int joined = store_key_becomes(port, "pprun/a/0/count", "2");
+    kill(n1.pid, SIGTERM);
+    int ended = lt_wait_within(&n0, 30);
+    lt_wait(&n1);
+    if (!ended) {
+        kill(n0.pid, SIGKILL);
+        lt_wait(&n0);
+    }
+    cr_assert(joined, "node 1 never joined: %s", n1.err);
+    cr_assert(ended, "node 0 waited for the stopped node: %s", n0.err);
+    cr_assert_eq(n1.status, 128 + SIGTERM, "%s", n1.err);
+    cr_assert_eq(n0.status, 128 + SIGTERM, "stopped, as the job is when a node is stopped later: %s", n0.err);
+    lt_assert_has(n0.err, "node rank 1 was stopped by SIGTERM: attempt 0 is not started");
+    lt_assert_has(n0.err, "the launcher of node rank 1 (on ");
+    cr_assert_str_eq(n0.out, "", "node 0 started ranks: %s", n0.err);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
 /* Node 1 takes node 0's run id, MASTER_PORT and shape from the store, where
  * whoever reaches it could have written them. One it refuses ends node 1,
  * and node 0 says why at once, naming node 1, instead of waiting for it
@@ -786,7 +820,42 @@ Test(launch_multinode, nodes_with_the_token_meet_on_a_non_loopback_address_and_o
     cr_assert(strstr(n1.err, want), "%s", n1.err);
     cr_assert_eq(n0.status, 1, "node 0: %s", n0.err);
     cr_assert(strstr(n0.err, "refused a connection from") && strstr(n0.err, "wrong rendezvous token"), "%s", n0.err);
+    lt_assert_has(n0.err, "node rank 1 never joined (store at ");
+    lt_assert_has(n0.err, "; meanwhile the store refused 1 connection for the rendezvous token (a node with another "
+                          "--rdzv-token, or none?)");
     cr_assert_null(strstr(n0.err, "not-the-same"), "node 0 logged the token: %s", n0.err);
+    cr_assert_str_eq(n0.out, "");
+    cr_assert_str_eq(n1.out, "");
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* Node 0 on loopback without a token, node 1 with one: the store refuses
+ * node 1 at once, saying the tokens differ (before, it let it in, and the
+ * job failed later as one rank refusing another's connection), and node
+ * 0's timeout names the refusal. */
+Test(launch_multinode, a_node_with_a_token_its_node_0_lacks_is_refused_at_the_store) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"launch", "--nnodes", "2",   "--node-rank", "0", "--master-port", port, "--rdzv-timeout",
+                        "3",      "--",       "echo", "started",    NULL};
+    const char *a1[] = {"launch", "--nnodes", "2",   "--node-rank", "1", "--master-port", port, "--rdzv-timeout",
+                        "20",     "--",       "echo", "started",    NULL};
+    const char *e0[] = {"PPRUN_RDZV_TOKEN=", NULL};
+    const char *e1[] = {"PPRUN_RDZV_TOKEN=4e07408562bedb8b60ce05c1decfe3ad", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, e0);
+    cr_assert(lt_wait_listening(atoi(port)), "node 0's store never listened");
+    lt_start(&n1, a1, e1);
+    lt_wait(&n1);
+    lt_wait(&n0);
+    cr_assert_eq(n1.status, 1, "node 1: %s", n1.err);
+    lt_assert_has(n1.err, "refused the rendezvous token: this store has no rendezvous token and the connection gave "
+                          "one: every node needs the same --rdzv-token / PPRUN_RDZV_TOKEN, or none");
+    cr_assert_eq(n0.status, 1, "node 0: %s", n0.err);
+    lt_assert_has(n0.err, "a rendezvous token, which this store does not have");
+    lt_assert_has(n0.err, "; meanwhile the store refused 1 connection for the rendezvous token");
+    cr_assert_null(strstr(n0.err, "4e07408562"), "node 0 logged the token: %s", n0.err);
     cr_assert_str_eq(n0.out, "");
     cr_assert_str_eq(n1.out, "");
     lt_free(&n0);
@@ -1215,8 +1284,9 @@ Test(launch_multinode, a_node_whose_csv_schedule_differs_refuses_and_node_0_name
  * die with it, and node 0's rank, which lost its peer, exits with an error.
  * Node 0 waits for node 1 to tell how the attempt ended there
  * (--shutdown-timeout + 5 s), then its summary says that node 1 never did
- * (before: only its own rank, as if that were the whole story). */
-Test(launch_multinode, a_killed_launcher_is_named_as_the_node_that_never_told) {
+ * (before: only its own rank, as if that were the whole story); under
+ * `pprun run` (cmd "run", db: node 0's --db) so does the job's row. */
+static void killed_launcher(const char *cmd, const char *db) {
     const char *dir = tfix_mkdir("silent"); /* removed when the test process exits */
     char port[16], script[600], path[300];
     snprintf(port, sizeof port, "%d", lt_free_port());
@@ -1225,10 +1295,16 @@ Test(launch_multinode, a_killed_launcher_is_named_as_the_node_that_never_told) {
              "while [ ! -e %s/pid-1 ]; do sleep 0.01; done; p=$(cat %s/pid-1); "
              "while kill -0 $p 2>/dev/null; do sleep 0.01; done; echo 'lost my peer' >&2; exit 1",
              dir, dir, dir, dir, dir);
-    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--shutdown-timeout", "1",
-                        "--", "sh", "-c", script, NULL};
-    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--shutdown-timeout", "1",
-                        "--", "sh", "-c", script, NULL};
+    const char *a0[20], *a1[20];
+    for (int node = 0; node < 2; node++) {
+        const char **a = node ? a1 : a0;
+        int k = 0;
+        a[k++] = cmd, a[k++] = "--nnodes", a[k++] = "2", a[k++] = "--node-rank", a[k++] = node ? "1" : "0";
+        a[k++] = "--nproc-per-node", a[k++] = "1"; /* run's default is 4 */
+        a[k++] = "--master-port", a[k++] = port, a[k++] = "--shutdown-timeout", a[k++] = "1";
+        if (db && node == 0) a[k++] = "--db", a[k++] = db;
+        a[k++] = "--", a[k++] = "sh", a[k++] = "-c", a[k++] = script, a[k] = NULL;
+    }
     lt_proc n0, n1;
     lt_start(&n0, a0, NULL);
     lt_start(&n1, a1, NULL);
@@ -1243,10 +1319,26 @@ Test(launch_multinode, a_killed_launcher_is_named_as_the_node_that_never_told) {
     }
     cr_assert(ended, "node 0 went on: %s", n0.err);
     cr_assert_eq(n0.status, 1, "%s", n0.err);
-    lt_assert_has(n0.err, "rank      : 0 (local_rank: 0)");
-    lt_assert_has(n0.err, "  silent    : node rank 1 (on ");
-    lt_assert_has(n0.err, ") never told how the attempt ended there within 6s (its launcher killed, frozen or cut "
-                          "off?): the failure above may only be the loss of its ranks\n");
+    if (!db) {
+        lt_assert_has(n0.err, "rank      : 0 (local_rank: 0)");
+        lt_assert_has(n0.err, "  silent    : node rank 1 (on ");
+        lt_assert_has(n0.err, ") never told how the attempt ended there within 6s (its launcher killed, frozen or "
+                              "cut off?): the failure above may only be the loss of its ranks\n");
+    } else {
+        sqlite3 *s;
+        cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM jobs WHERE status = 'failed' AND failure LIKE 'rank 0 %' AND "
+                                   "failure LIKE '%; node rank 1 (on %) never told how the attempt ended there within "
+                                   "6s (its launcher killed, frozen or cut off?)'"),
+                     1, "%s", n0.err);
+        sqlite3_close(s);
+    }
     lt_free(&n0);
     lt_free(&n1);
+}
+
+Test(launch_multinode, a_killed_launcher_is_named_as_the_node_that_never_told) { killed_launcher("launch", NULL); }
+
+Test(launch_multinode, a_killed_launchers_node_is_named_in_the_jobs_failure) {
+    killed_launcher("run", tfix_path("silent.db"));
 }

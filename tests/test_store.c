@@ -329,16 +329,28 @@ Test(store_token, refuses_clients_without_or_with_a_wrong_token_and_keeps_servin
     cr_assert_null(strstr(text, "9f86d081"), "the log shows the token: %s", text);
 }
 
-Test(store_token, a_store_without_a_token_accepts_a_client_that_has_one) {
+/* A client with a token and a store without one are two nodes given
+ * different tokens: refused at once, saying so (before, let in, the job
+ * failed later, when one rank refused another's connection). */
+Test(store_token, a_store_without_a_token_refuses_a_client_that_has_one) {
     store_server *s;
-    store_client *c;
+    store_client *c = NULL;
     pp_err err;
     cr_assert_eq(store_server_start("127.0.0.1", 0, &s, &err), 0, "%s", err.msg);
-    cr_assert_eq(store_connect_token("127.0.0.1", store_server_port(s), TOKEN, 5000000000ull, &c, &err), 0, "%s",
-                 err.msg);
-    cr_assert_eq(store_set(c, "k", "v", 1, &err), 0, "%s", err.msg);
-    store_close(c);
+    capture cap;
+    capture_start(&cap);
+    int rc = store_connect_token("127.0.0.1", store_server_port(s), TOKEN, 5000000000ull, &c, &err);
+    uint64_t refused = store_server_refused(s);
     store_server_stop(s);
+    const char *text = capture_end(&cap);
+    cr_assert_eq(rc, -2, "%s", err.msg);
+    cr_assert_null(c);
+    cr_assert(strstr(err.msg, "refused the rendezvous token: this store has no rendezvous token and the connection "
+                              "gave one: every node needs the same --rdzv-token / PPRUN_RDZV_TOKEN, or none"),
+              "%s", err.msg);
+    cr_assert_eq(refused, 1);
+    cr_assert(strstr(text, "a rendezvous token, which this store does not have"), "%s", text);
+    cr_assert_null(strstr(text, "9f86d081"), "the log shows the token: %s", text);
 }
 
 Test(store_token, bad_tokens_are_clear_errors) {

@@ -410,6 +410,16 @@ void job_rows_failure(const job_outcome *end, char *buf, size_t n) {
         snprintf(buf, n, "%s", end->launch_err.msg);
     else if (end->res.status != LAUNCH_OK)
         failure_text(&end->res, buf, n);
+    if (end->launch_rc == 0 && end->res.status != LAUNCH_OK && end->res.silent) {
+        /* a node whose launcher never told (killed, frozen, cut off): the
+         * failure above may be no more than its ranks lost (launch.h) */
+        const launch_result *r = &end->res;
+        size_t w = strlen(buf);
+        if (w < n)
+            snprintf(buf + w, n - w, "; node rank %d%s%s%s never told how the attempt ended there within %.0fs (its "
+                     "launcher killed, frozen or cut off?)", r->silent_node, r->silent_host[0] ? " (on " : "",
+                     r->silent_host, r->silent_host[0] ? ")" : "", (double)r->silent_wait_ns / 1e9);
+    }
     else if (end->trace_err.msg[0]) /* the training succeeded, its trace did not: why pprun exits 1 */
         snprintf(buf, n, "the trace stopped early: %s", end->trace_err.msg);
     else if (end->ring_err.msg[0]) /* the same, for one rank's trace */

@@ -92,6 +92,7 @@ typedef struct job {
     int telling;  /* telling the others how the attempt ended (stop_requested) */
     int ran;      /* an attempt reached its outcome on every node */
     int outside_stop; /* the stop signal a rank here got from outside pprun (launch_failure.outside), or 0 */
+    int called_off_by, called_off_sig; /* the node whose stop called an attempt off, and its signal (read_go) */
     /* Node 0: every node's host name (read_node_hosts), and c.info's
      * pointers to them; NULL until then. Owned. */
     char (*hosts)[LAUNCH_HOST_MAX + 1];
@@ -714,6 +715,7 @@ static int read_go(job *j, int attempt, const char *go, int64_t count, pp_err *e
     if (timed_out && count <= j->c.o->nnodes) read_the_timeout(j, attempt, joined);
     if (refused || timed_out) return -1;
     if (!called_off) return 0;
+    j->called_off_by = node, j->called_off_sig = sig;
     char name[16];
     pp_fail(err, "node rank %d was stopped by %s: attempt %d is not started", node, launch_signal_name(sig, name),
             attempt);
@@ -740,6 +742,28 @@ static int missing_nodes(job *j, int attempt, char *missing, size_t cap, size_t 
         if ((*nmiss)++ < 32 && m + 16 < cap) m += (size_t)snprintf(missing + m, cap - m, "%s%d", m ? ", " : "", r);
     }
     return 0;
+}
+
+/* A stop signal while this node joined attempt K or waited at its
+ * rendezvous: the attempt is called off for every node, as a stop
+ * after an attempt calls the next one off (say_goodbye), or the others
+ * would start without it, and a node that comes later would complete the
+ * count for them. The count is closed first (as node 0 closes it at its
+ * timeout), so that no node opens the attempt after; where it had just
+ * been completed, the attempt is open and goes on without this node. On
+ * the watch connection: the stop cut this one's request short (a store
+ * client whose request was cut short takes no other). Best effort. */
+static void call_off(job *j, int attempt) {
+    const launch_options *o = j->c.o;
+    if (!j->c.watch) return;
+    pp_err serr;
+    char k[128], text[64];
+    int64_t total;
+    key(k, sizeof k, attempt, "count");
+    if (store_add(j->c.watch, k, o->nnodes, &total, &serr) != 0 || total - o->nnodes >= o->nnodes) return;
+    key(k, sizeof k, attempt, "go");
+    snprintf(text, sizeof text, "stop %d %d", o->node_rank, j->c.stop_signal);
+    store_set(j->c.watch, k, text, strlen(text), &serr);
 }
 
 /* Every node joins attempt K; the last one opens it. On timeout, names the
@@ -775,11 +799,18 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
     char missing[512];
     size_t nmiss;
     if (missing_nodes(j, attempt, missing, sizeof missing, &nmiss, err) != 0) return -1;
+    /* a node with another token (or none) was refused at the store: it
+     * failed at once, saying so; here it only never joined */
+    uint64_t refused = j->server ? store_server_refused(j->server) : 0;
+    char also[200] = "";
+    if (refused)
+        snprintf(also, sizeof also, "; meanwhile the store refused %llu connection%s for the rendezvous token (a node "
+                 "with another --rdzv-token, or none?)", (unsigned long long)refused, refused > 1 ? "s" : "");
     pp_fail(err,
             "rendezvous timed out after %.0fs (--rdzv-timeout): node rank%s %s%s never joined (store at %s, %d of %d "
-            "nodes joined)",
+            "nodes joined)%s",
             (double)o->rdzv_timeout_ns / 1e9, nmiss > 1 ? "s" : "", missing, nmiss > 32 ? ", ..." : "", j->store_addr,
-            o->nnodes - (int)nmiss, o->nnodes);
+            o->nnodes - (int)nmiss, o->nnodes, also);
     if (o->node_rank == 0) tell_the_timeout(j, attempt, (int)joined_in_time, err->msg);
     return -1;
 }
@@ -1100,6 +1131,32 @@ static int restarts(const job *j, int attempt, int stop, const launch_result *re
     return 1;
 }
 
+/* The first attempt called off by another node's stop (read_go): the job
+ * was stopped before it ran, by that node's launcher. Its host is what it
+ * joined with (claim_node_rank). */
+static void called_off_first(job *j, launch_result *res) {
+    launch_failure *f = &res->failure;
+    launch_failure_clear(f);
+    f->node_rank = j->called_off_by;
+    f->global_rank = f->local_rank = -1;
+    f->signal = j->called_off_sig;
+    f->wall_ns = pp_wall_ns();
+    char k[128];
+    void *v;
+    size_t len;
+    pp_err serr;
+    snprintf(k, sizeof k, "pprun/a/0/node/%d", j->called_off_by);
+    if (store_get(j->ctl, k, &v, &len, &serr) == 0) {
+        char *shown = term_dup(v, len, 0); /* anyone who reaches the store may have written it */
+        snprintf(f->host, sizeof f->host, "%s", shown ? shown : "");
+        free(shown);
+        free(v);
+    }
+    res->failure_remote = 1;
+    res->signal = j->called_off_sig;
+    finish_result(res, LAUNCH_SIGNALED, 128 + j->called_off_sig);
+}
+
 /* Attempt K on this node, to its outcome everywhere. Returns 0 with
  * *again when the job restarts, else 0 (the result is in res), -1 (err), 2
  * (a stop signal before the ranks ran) or 3 (another node was stopped:
@@ -1112,6 +1169,8 @@ static int run_attempt(job *j, int attempt, launch_result *res, int *again, pp_e
     j->c.info.attempt = attempt;
     if (multi && (rc = rendezvous(j, attempt, err)) != 0) {
         if (rc == 4) j->store_ok = 0, rc = -1;
+        else if (rc != 3 && j->c.stop_signal) call_off(j, attempt);
+        if (rc == 3 && attempt == 0) called_off_first(j, res);
         return rc < 0 && j->c.stop_signal ? 2 : rc;
     }
     if (o->node_rank == 0 && !j->hosts && read_node_hosts(j, err) != 0) return -1;
@@ -1154,8 +1213,9 @@ static int run_attempt(job *j, int attempt, launch_result *res, int *again, pp_e
  * store's set-up); returns rc as launch_job returns it. */
 static int conclude(job *j, int rc, launch_result *res, pp_err *err) {
     if (rc == 3) {
-        /* Another node was stopped: the last attempt's failure is the outcome. */
-        fprintf(stderr, "pprun launch: not restarting: %s\n", err->msg);
+        /* Another node was stopped: the last attempt's failure is the
+         * outcome, or the stop itself before the first (called_off_first). */
+        fprintf(stderr, "pprun launch: %s%s\n", res->attempts ? "not restarting: " : "", err->msg);
         return 0;
     }
     if (rc == 2) {

@@ -27,6 +27,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,7 @@ struct store_server {
     char token[PP_TOKEN_MAX + 1]; /* "" = none */
     store_limits lim;             /* every field set */
     pp_ratelimit log_full, log_peer, log_table; /* one per kind of stderr line */
+    _Atomic uint64_t refused; /* connections refused for their token (store_server_refused) */
 };
 
 /* Connection i of the server (netserve allocated it as a conn). */
@@ -416,15 +418,22 @@ static void close_with(conn *c, const char *msg) {
     netserve_hang_up(&c->net);
 }
 
-/* Refuses a connection that did not present the token: one line on stderr
- * (never the token), a BAD reply, then it is closed unread. */
+/* Refuses a connection for its token (none where this store has one, a
+ * wrong one, or one where it has none): one line on stderr (never the
+ * token), a BAD reply saying what to do, then it is closed unread. */
 static void refuse(store_server *s, conn *c, const char *why) {
     netserve_log(s->net, &s->log_peer, 10, "refused a connection from %s: %s", c->net.peer, why);
+    atomic_fetch_add(&s->refused, 1);
     close_with(c, !strcmp(why, "wrong rendezvous token")
                       ? "wrong rendezvous token: every node needs the same --rdzv-token / PPRUN_RDZV_TOKEN"
+                  : !s->token[0]
+                      ? "this store has no rendezvous token and the connection gave one: every node needs the same "
+                        "--rdzv-token / PPRUN_RDZV_TOKEN, or none"
                       : "this store needs the rendezvous token: give --rdzv-token-file, --rdzv-token or "
                         "PPRUN_RDZV_TOKEN (the same on every node)");
 }
+
+uint64_t store_server_refused(const store_server *s) { return atomic_load(&s->refused); }
 
 /* A connection's first frame on a token-guarded server (whole, or refused
  * by frame_len as soon as its first bytes told). */
@@ -484,7 +493,13 @@ static int handle_one(store_server *s, conn *c) {
         reply(c, STORE_OK, out, 8);
         break;
     }
-    case STORE_OP_AUTH: reply(c, STORE_OK, NULL, 0); break; /* no token, or presented already */
+    case STORE_OP_AUTH: /* a token where there is none: a node of the job with a token its node 0 lacks */
+        if (!s->token[0]) {
+            refuse(s, c, "a rendezvous token, which this store does not have");
+            return 1;
+        }
+        reply(c, STORE_OK, NULL, 0); /* presented already */
+        break;
     default: reply_bad(c, "unknown operation"); break;
     }
     netserve_consume(s->net, &c->net, 4 + (size_t)len);

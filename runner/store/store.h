@@ -43,6 +43,10 @@ int store_server_start(const char *host, int port, store_server **out, pp_err *e
  * pp_token_check). */
 int store_server_start_token(const char *host, int port, const char *token, store_server **out, pp_err *err);
 int store_server_port(const store_server *s);
+/* Connections refused so far for their token (none where the server has
+ * one, a wrong one, or one where it has none): node 0 names them when
+ * its rendezvous times out. Any thread. */
+uint64_t store_server_refused(const store_server *s);
 /* Stops the thread, closes every connection, frees everything. NULL is ok. */
 void store_server_stop(store_server *s);
 
