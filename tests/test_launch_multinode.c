@@ -454,6 +454,14 @@ static int store_key_becomes(const char *port, const char *key, const char *want
     return found;
 }
 
+/* `pprun launch` as node `node` of `nnodes` whose ranks echo "started",
+ * node 0's store at `port`, waiting `timeout` s at the rendezvous. */
+static void echo_node(const char *a[13], const char *nnodes, const char *node, const char *port, const char *timeout) {
+    const char *args[] = {"launch", "--nnodes", nnodes, "--node-rank", node,    "--master-port", port,
+                          "--rdzv-timeout", timeout, "--", "echo",  "started", NULL};
+    memcpy(a, args, sizeof args);
+}
+
 /* A node that arrives while node 0 tells the others of its rendezvous
  * timeout must hear of it too, not complete the count and start its ranks
  * alone. Node 1 is frozen once it has joined, so node 0 waits for it to read
@@ -461,12 +469,10 @@ static int store_key_becomes(const char *port, const char *key, const char *want
 Test(launch_multinode, a_node_arriving_after_node_0_gave_up_hears_why_and_starts_nothing) {
     char port[16];
     snprintf(port, sizeof port, "%d", lt_free_port());
-    const char *a0[] = {"launch", "--nnodes", "3",    "--node-rank", "0", "--master-port", port, "--rdzv-timeout",
-                        "3",      "--",       "echo", "started",     NULL};
-    const char *a1[] = {"launch", "--nnodes", "3",    "--node-rank", "1", "--master-port", port, "--rdzv-timeout",
-                        "60",     "--",       "echo", "started",     NULL};
-    const char *a2[] = {"launch", "--nnodes", "3",    "--node-rank", "2", "--master-port", port, "--rdzv-timeout",
-                        "60",     "--",       "echo", "started",     NULL};
+    const char *a0[13], *a1[13], *a2[13];
+    echo_node(a0, "3", "0", port, "3");
+    echo_node(a1, "3", "1", port, "60");
+    echo_node(a2, "3", "2", port, "60");
     lt_proc n0, n1, n2;
     lt_start(&n0, a0, NULL);
     lt_start(&n1, a1, NULL);
@@ -500,10 +506,9 @@ Test(launch_multinode, a_node_arriving_after_node_0_gave_up_hears_why_and_starts
 Test(launch_multinode, a_node_stopped_at_the_first_rendezvous_calls_the_job_off) {
     char port[16];
     snprintf(port, sizeof port, "%d", lt_free_port());
-    const char *a0[] = {"launch", "--nnodes", "3",  "--node-rank", "0",    "--master-port", port,
-                        "--rdzv-timeout", "60", "--", "echo", "started", NULL};
-    const char *a1[] = {"launch", "--nnodes", "3",  "--node-rank", "1",    "--master-port", port,
-                        "--rdzv-timeout", "60", "--", "echo", "started", NULL};
+    const char *a0[13], *a1[13];
+    echo_node(a0, "3", "0", port, "60");
+    echo_node(a1, "3", "1", port, "60");
     lt_proc n0, n1;
     lt_start(&n0, a0, NULL);
     lt_start(&n1, a1, NULL);
@@ -837,10 +842,9 @@ Test(launch_multinode, nodes_with_the_token_meet_on_a_non_loopback_address_and_o
 Test(launch_multinode, a_node_with_a_token_its_node_0_lacks_is_refused_at_the_store) {
     char port[16];
     snprintf(port, sizeof port, "%d", lt_free_port());
-    const char *a0[] = {"launch", "--nnodes", "2",   "--node-rank", "0", "--master-port", port, "--rdzv-timeout",
-                        "3",      "--",       "echo", "started",    NULL};
-    const char *a1[] = {"launch", "--nnodes", "2",   "--node-rank", "1", "--master-port", port, "--rdzv-timeout",
-                        "20",     "--",       "echo", "started",    NULL};
+    const char *a0[13], *a1[13];
+    echo_node(a0, "2", "0", port, "3");
+    echo_node(a1, "2", "1", port, "20");
     const char *e0[] = {"PPRUN_RDZV_TOKEN=", NULL};
     const char *e1[] = {"PPRUN_RDZV_TOKEN=4e07408562bedb8b60ce05c1decfe3ad", NULL};
     lt_proc n0, n1;
