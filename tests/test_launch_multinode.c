@@ -766,6 +766,18 @@ Test(launch_multinode, a_non_loopback_master_address_without_a_token_exits_2_bef
         cr_assert_str_eq(p.out, "", "node %d started something", node);
         lt_free(&p);
     }
+    /* a token too short to guard them: 15 bytes, refused naming its length */
+    const char *short_token[] = {"PPRUN_RDZV_TOKEN=0123456789abcde", NULL};
+    const char *a[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-addr", addr, "--master-port", port,
+                       "--", "echo", "started", NULL};
+    lt_proc p;
+    lt_run(&p, a, short_token);
+    cr_assert_eq(p.status, 2, "exit %d: %s", p.status, p.err);
+    lt_assert_has(p.err, "the job token is 15 bytes: with --nnodes 2 and --master-addr ");
+    lt_assert_has(p.err, "give at least 16 (e.g. `openssl rand -hex 32`)");
+    cr_assert_null(strstr(p.err, "0123456789abcde"), "the token was shown: %s", p.err);
+    cr_assert_str_eq(p.out, "");
+    lt_free(&p);
 }
 
 /* Two nodes on this machine's non-loopback address: with the token (one

@@ -569,7 +569,12 @@ Test(launch_opts, the_rdzv_token_is_checked_wherever_it_comes_from) {
     cr_assert(strstr(err.msg, "--master-addr 192.0.2.77 is not a loopback address") &&
                   strstr(err.msg, "--rdzv-token-file") && strstr(err.msg, "PPRUN_RDZV_TOKEN"),
               "%s", err.msg);
-    snprintf(o.rdzv_token, sizeof o.rdzv_token, "t");
+    snprintf(o.rdzv_token, sizeof o.rdzv_token, "0123456789abcde"); /* 15 bytes guard nothing there */
+    cr_assert_eq(launch_check_token(&o, &err), -1);
+    cr_assert(strstr(err.msg, "the job token is 15 bytes: with --nnodes 2 and --master-addr 192.0.2.77, not a "
+                              "loopback address, it guards ports other machines can reach; give at least 16"),
+              "%s", err.msg);
+    snprintf(o.rdzv_token, sizeof o.rdzv_token, "0123456789abcdef");
     cr_assert_eq(launch_check_token(&o, &err), 0, "%s", err.msg);
     char *a9[] = {"launch", "--nnodes", "2", "--master-addr", "localhost", "--", "true", NULL};
     cr_assert_eq(launch_parse(7, a9, &o, NULL, NULL, &err), 0, "%s", err.msg);

@@ -277,7 +277,7 @@ Test(slurm, two_nodes_take_their_ranks_and_node_0_from_slurm) {
     char db[512], *out;
     snprintf(db, sizeof db, "%s", tfix_path("two.db"));
     int rc = sh(&out,
-                "PPRUN_RDZV_TOKEN=test-slurm-two timeout 60 srun --nodes=2 --ntasks-per-node=1 %s run "
+                "PPRUN_RDZV_TOKEN=test-slurm-two-nodes-token timeout 60 srun --nodes=2 --ntasks-per-node=1 %s run "
                 "--nproc-per-node 2 --model " SMALL_MODEL " --steps %d --microbatches %d --progress off --db %s",
                 PPRUN_BIN, STEPS, MICROBATCHES, db);
     cr_assert_eq(rc, 0, "srun exited %d:\n%s", rc, out);

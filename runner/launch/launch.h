@@ -112,9 +112,12 @@ int launch_parse(int argc, char **argv, launch_options *o,
 void launch_options_default(launch_options *o);
 /* The token rule, checked before anything starts (exit status 2): with
  * --nnodes > 1 and a --master-addr that is not loopback, the ports other
- * machines can reach need a token. 0 if o satisfies it, else -1 naming the
- * flags and the variable that give one. launch_job checks it too. (A
- * one-node job keeps its store on 127.0.0.1 whatever --master-addr says.) */
+ * machines can reach need a token of LAUNCH_TOKEN_MIN bytes at least (as
+ * --serve's, web/http.h). 0 if o satisfies it, else -1 naming the flags
+ * and the variable that give one, or the token's length. launch_job checks
+ * it too. (A one-node job keeps its store on 127.0.0.1 whatever
+ * --master-addr says.) */
+#define LAUNCH_TOKEN_MIN 16
 int launch_check_token(const launch_options *o, pp_err *err);
 /* What node 0 (or a single node) can refuse before anything starts (exit
  * status 2, nothing written): its store's --master-port that this machine

@@ -542,10 +542,17 @@ int launch_check_start(const launch_options *o, pp_err *err) {
 }
 
 int launch_check_token(const launch_options *o, pp_err *err) {
-    if (o->nnodes <= 1 || o->rdzv_token[0] || net_host_is_loopback(o->master_addr) == 1) return 0;
+    if (o->nnodes <= 1 || net_host_is_loopback(o->master_addr) == 1) return 0;
     char given[300]; /* the option as the user gave it */
     if (o->addr_endpoint) snprintf(given, sizeof given, "--rdzv-endpoint %s: its host", o->addr_endpoint);
     else snprintf(given, sizeof given, "--master-addr");
+    size_t len = strlen(o->rdzv_token);
+    if (len >= LAUNCH_TOKEN_MIN) return 0;
+    if (len) /* a secret that guards ports other machines reach: as --serve's token, 16 bytes at least */
+        return pp_fail(err,
+                       "the job token is %zu bytes: with --nnodes %d and %s %s, not a loopback address, it guards ports "
+                       "other machines can reach; give at least %d (e.g. `openssl rand -hex 32`)",
+                       len, o->nnodes, given, o->master_addr, LAUNCH_TOKEN_MIN);
     return pp_fail(err,
                    "%s %s is not a loopback address: with --nnodes %d the rendezvous store (and, under "
                    "pprun run, the trace and data ports) would take orders from anyone who can reach them; give every "
