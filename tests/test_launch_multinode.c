@@ -499,37 +499,46 @@ Test(launch_multinode, a_node_arriving_after_node_0_gave_up_hears_why_and_starts
 }
 
 /* A node stopped while it waits at the first rendezvous (it joined; the
- * others have not all come) calls the attempt off for every node: node 0
- * stops at once, naming it, instead of waiting for it until
- * --rdzv-timeout (60 s here), or starting without it once a third node
- * completed the count (then failing when its ranks never came). */
-Test(launch_multinode, a_node_stopped_at_the_first_rendezvous_calls_the_job_off) {
-    char port[16];
+ * others have not all come) calls the attempt off for every node: the
+ * other stops at once, naming it and its host, instead of waiting for it
+ * until --rdzv-timeout (60 s here), or starting without it once a third
+ * node completed the count (then failing when its ranks never came). Node
+ * 0, stopped, keeps its store up until the others have read why. */
+static void stopped_at_the_first_rendezvous(int stopped) {
+    char port[16], want[96];
     snprintf(port, sizeof port, "%d", lt_free_port());
     const char *a0[13], *a1[13];
     echo_node(a0, "3", "0", port, "60");
     echo_node(a1, "3", "1", port, "60");
-    lt_proc n0, n1;
-    lt_start(&n0, a0, NULL);
-    lt_start(&n1, a1, NULL);
+    lt_proc n[2];
+    lt_start(&n[0], a0, NULL);
+    lt_start(&n[1], a1, NULL);
     int joined = store_key_becomes(port, "pprun/a/0/count", "2");
-    kill(n1.pid, SIGTERM);
-    int ended = lt_wait_within(&n0, 30);
-    lt_wait(&n1);
+    kill(n[stopped].pid, SIGTERM);
+    lt_proc *other = &n[!stopped];
+    int ended = lt_wait_within(other, 30);
+    lt_wait(&n[stopped]);
     if (!ended) {
-        kill(n0.pid, SIGKILL);
-        lt_wait(&n0);
+        kill(other->pid, SIGKILL);
+        lt_wait(other);
     }
-    cr_assert(joined, "node 1 never joined: %s", n1.err);
-    cr_assert(ended, "node 0 waited for the stopped node: %s", n0.err);
-    cr_assert_eq(n1.status, 128 + SIGTERM, "%s", n1.err);
-    cr_assert_eq(n0.status, 128 + SIGTERM, "stopped, as the job is when a node is stopped later: %s", n0.err);
-    lt_assert_has(n0.err, "node rank 1 was stopped by SIGTERM: attempt 0 is not started");
-    lt_assert_has(n0.err, "the launcher of node rank 1 (on ");
-    cr_assert_str_eq(n0.out, "", "node 0 started ranks: %s", n0.err);
-    lt_free(&n0);
-    lt_free(&n1);
+    cr_assert(joined, "node 1 never joined: %s", n[1].err);
+    cr_assert(ended, "node %d waited for the stopped node: %s", !stopped, other->err);
+    cr_assert_eq(n[stopped].status, 128 + SIGTERM, "%s", n[stopped].err);
+    cr_assert_eq(other->status, 128 + SIGTERM, "stopped, as the job is when a node is stopped later: %s", other->err);
+    snprintf(want, sizeof want, "node rank %d was stopped by SIGTERM: attempt 0 is not started", stopped);
+    lt_assert_has(other->err, want);
+    snprintf(want, sizeof want, "the launcher of node rank %d (on ", stopped);
+    lt_assert_has(other->err, want);
+    cr_assert_null(strstr(other->err, "(on )"), "its host was not read: %s", other->err);
+    cr_assert_str_eq(other->out, "", "node %d started ranks: %s", !stopped, other->err);
+    lt_free(&n[0]);
+    lt_free(&n[1]);
 }
+
+Test(launch_multinode, a_node_stopped_at_the_first_rendezvous_calls_the_job_off) { stopped_at_the_first_rendezvous(1); }
+
+Test(launch_multinode, node_0_stopped_at_the_first_rendezvous_calls_the_job_off) { stopped_at_the_first_rendezvous(0); }
 
 /* Node 1 takes node 0's run id, MASTER_PORT and shape from the store, where
  * whoever reaches it could have written them. One it refuses ends node 1,

@@ -212,12 +212,16 @@ void comm_tcp_accept(comm *c, int wait_ms) {
     for (;;) {
         int fd;
         while (c->pending && (fd = net_accept(c->listen_fd, 0)) >= 0) {
+            /* read at once: a peer's hello is usually whole in its socket
+             * by now, and it is never the one let go below */
+            comm_tcp_pending q = {.fd = fd, .deadline = pp_deadline_ns(TCP_HELLO_WAIT_MS)};
+            if (hello_read(c, &q)) continue;
             if (c->npending == COMM_TCP_PENDING_MAX) { /* the oldest goes: it has had the longest to speak */
-                close(c->pending[0].fd);
+                if (!hello_read(c, &c->pending[0])) close(c->pending[0].fd);
                 memmove(&c->pending[0], &c->pending[1], sizeof c->pending[0] * (COMM_TCP_PENDING_MAX - 1));
                 c->npending--;
             }
-            c->pending[c->npending++] = (comm_tcp_pending){.fd = fd, .deadline = pp_deadline_ns(TCP_HELLO_WAIT_MS)};
+            c->pending[c->npending++] = q;
         }
         int kept = 0;
         for (int i = 0; i < c->npending; i++)

@@ -404,26 +404,29 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
         snprintf(buf, n, "the launcher failed");
 }
 
+/* A node whose launcher never told how the attempt ended (killed,
+ * frozen, cut off), after the failure in buf (n bytes): that failure may
+ * be no more than its ranks lost (launch.h, silent_node). */
+static void append_silent_node(const launch_result *r, char *buf, size_t n) {
+    size_t w = strlen(buf);
+    if (w < n)
+        snprintf(buf + w, n - w, "; node rank %d%s%s%s never told how the attempt ended there within %.0fs (its "
+                 "launcher killed, frozen or cut off?)", r->silent_node, r->silent_host[0] ? " (on " : "",
+                 r->silent_host, r->silent_host[0] ? ")" : "", (double)r->silent_wait_ns / 1e9);
+}
+
 void job_rows_failure(const job_outcome *end, char *buf, size_t n) {
     buf[0] = '\0';
-    if (end->launch_rc != 0)
+    if (end->launch_rc != 0) {
         snprintf(buf, n, "%s", end->launch_err.msg);
-    else if (end->res.status != LAUNCH_OK)
+    } else if (end->res.status != LAUNCH_OK) {
         failure_text(&end->res, buf, n);
-    if (end->launch_rc == 0 && end->res.status != LAUNCH_OK && end->res.silent) {
-        /* a node whose launcher never told (killed, frozen, cut off): the
-         * failure above may be no more than its ranks lost (launch.h) */
-        const launch_result *r = &end->res;
-        size_t w = strlen(buf);
-        if (w < n)
-            snprintf(buf + w, n - w, "; node rank %d%s%s%s never told how the attempt ended there within %.0fs (its "
-                     "launcher killed, frozen or cut off?)", r->silent_node, r->silent_host[0] ? " (on " : "",
-                     r->silent_host, r->silent_host[0] ? ")" : "", (double)r->silent_wait_ns / 1e9);
-    }
-    else if (end->trace_err.msg[0]) /* the training succeeded, its trace did not: why pprun exits 1 */
+        if (end->res.silent) append_silent_node(&end->res, buf, n);
+    } else if (end->trace_err.msg[0]) { /* the training succeeded, its trace did not: why pprun exits 1 */
         snprintf(buf, n, "the trace stopped early: %s", end->trace_err.msg);
-    else if (end->ring_err.msg[0]) /* the same, for one rank's trace */
+    } else if (end->ring_err.msg[0]) { /* the same, for one rank's trace */
         snprintf(buf, n, "the trace of a rank was cut short: %s", end->ring_err.msg);
+    }
 }
 
 /* A program that ran to its end and recorded nothing leaves a job that

@@ -93,6 +93,7 @@ typedef struct job {
     int ran;      /* an attempt reached its outcome on every node */
     int outside_stop; /* the stop signal a rank here got from outside pprun (launch_failure.outside), or 0 */
     int called_off_by, called_off_sig; /* the node whose stop called an attempt off, and its signal (read_go) */
+    int called_off;                    /* this node's stop called an attempt off (call_off) */
     /* Node 0: every node's host name (read_node_hosts), and c.info's
      * pointers to them; NULL until then. Owned. */
     char (*hosts)[LAUNCH_HOST_MAX + 1];
@@ -763,7 +764,7 @@ static void call_off(job *j, int attempt) {
     if (store_add(j->c.watch, k, o->nnodes, &total, &serr) != 0 || total - o->nnodes >= o->nnodes) return;
     key(k, sizeof k, attempt, "go");
     snprintf(text, sizeof text, "stop %d %d", o->node_rank, j->c.stop_signal);
-    store_set(j->c.watch, k, text, strlen(text), &serr);
+    j->called_off = store_set(j->c.watch, k, text, strlen(text), &serr) == 0;
 }
 
 /* Every node joins attempt K; the last one opens it. On timeout, names the
@@ -1244,12 +1245,20 @@ static void say_goodbye(job *j, const launch_result *res) {
         snprintf(text, sizeof text, "stop %d %d", o->node_rank, stopped_by);
         store_set(j->ctl, go, text, strlen(text), &serr);
     }
-    if (store_add(j->ctl, "pprun/exit", 1, &left, &serr) != 0) return;
-    if (left == o->nnodes) store_set(j->ctl, "pprun/exit_all", "", 0, &serr);
-    if (o->node_rank == 0 && j->ran && !j->c.watch_pending) {
+    /* a node that called an attempt off was stopped mid-request on ctl,
+     * which takes no other (call_off) */
+    store_client *sc = j->called_off ? j->c.watch : j->ctl;
+    if (store_add(sc, "pprun/exit", 1, &left, &serr) != 0) return;
+    if (left == o->nnodes) store_set(sc, "pprun/exit_all", "", 0, &serr);
+    /* after an attempt, or a call-off at a rendezvous (the nodes that came
+     * read its stop and the stopped node's host from this store: 5 s at
+     * most, as a node that never joined never adds to exit) */
+    if (o->node_rank == 0 && (j->ran || j->called_off) && !j->c.watch_pending) {
         const char *k = "pprun/exit_all";
+        int64_t wait_ms = j->ran ? (int64_t)(o->shutdown_timeout_ns / 1000000ull) + 1000
+                                 : (int64_t)(LAUNCH_STOP_STORE_NS / 1000000ull);
         store_set_interrupt(j->c.watch, j->c.sig_r, stop_requested, j);
-        store_wait(j->c.watch, &k, 1, (int64_t)(o->shutdown_timeout_ns / 1000000ull) + 1000, &serr);
+        store_wait(j->c.watch, &k, 1, wait_ms, &serr);
     }
 }
 
