@@ -10,9 +10,10 @@
  * for the statement: a row of many large values (`SELECT zeroblob(16e6)||x'01',
  * ...` a few hundred times, from a 2 KB request) would otherwise take GiBs
  * before the first row is seen. The functions whose one call can outlast
- * the time limit (LIKE, GLOB, trim, instr, replace, printf, format) are
- * gated by their operands' size, and within one row, where the progress
- * handler never runs, a large allocation past the deadline fails. */
+ * the time limit (LIKE, GLOB, trim, instr, replace, printf, format,
+ * json_patch) or the thread's stack (json_set, json_insert) are gated by
+ * their operands, and within one row, where the progress handler never
+ * runs, a large allocation past the deadline fails. */
 #include "db/usersql.h"
 
 #include <ctype.h>
@@ -136,6 +137,12 @@ static sqlite3_pcache_page *pcache_fetch(sqlite3_pcache *c, unsigned key, int cr
 
 int usersql_init(pp_err *err) {
     if (mem_wrapped) return 0; /* wrapping twice would make the wrapper its own original */
+    /* SQLite's allocation statistics take one global mutex on every
+     * malloc, which user queries on the server's threads then wait for
+     * (two 1M-row CTEs at once took 2-3 times as long each); nothing reads
+     * them (the cap counts its own). db.c's writer turns them off too, for
+     * programs that never call this. */
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
     if (sqlite3_config(SQLITE_CONFIG_GETMALLOC, &mem_orig) != SQLITE_OK || !mem_orig.xMalloc)
         return pp_fail(err, "user SQL's memory cap cannot be set: SQLite is already in use (usersql_init must come "
                             "before any other SQLite call)");
@@ -179,34 +186,55 @@ static void mem_count(int64_t cap, uint64_t deadline_ns) {
  * (and format, its other name) repeats a %c once per unit of its
  * precision, on past the limit on one value, where the text stops growing
  * but the loop does not: `printf('%.*c', 1e9, 'x')` ran 8 s and gave NULL,
- * three such 24 s. On user connections these names are replaced by a gate:
- * a call whose operands could run past the time limit is refused naming
- * the function and the sizes (like ... replace: their lengths multiply past
- * a budget, well under a second of work; printf: its widths and
- * precisions add up past the limit on one value, which its result could
- * not fit anyway); any other is handed to SQLite's own function on a
- * private in-memory connection, so that results are SQLite's exactly. */
+ * three such 24 s. SQLite 3.40's json_patch looks each key of its patch
+ * up in its target's one by one: two objects of 40,000 keys ran 10 s in
+ * one call. And json_set and json_insert make a path they create one
+ * level of recursion a step: a path of 100,000 steps (`'$' ||
+ * replace(hex(zeroblob(1e5)), '00', '.a')`, a 90-byte request) overflowed
+ * the thread's stack and killed the process (under `pprun run --serve`,
+ * the job). On user connections these names are replaced by a gate: a
+ * call whose operands could run past the time limit or the stack is
+ * refused naming the function and the sizes (like ... replace, json_patch:
+ * their lengths multiply past a budget, well under a second of work;
+ * printf: its widths and precisions add up past the limit on one value,
+ * which its result could not fit anyway; json_set, json_insert: a path of
+ * more steps than the JSON SQLite parses may nest, 2,000); any other is
+ * handed to SQLite's own function on a private in-memory connection, so
+ * that results are SQLite's exactly (a JSON argument stays JSON there,
+ * gate_stmt). */
 #define PAIRS_CHARWISE 1e8   /* like, glob, trim: about 0.5 s at this many (byte x byte) steps */
 #define PAIRS_MEMCMP 1e10    /* instr, replace: a first-byte test and memcmp per position */
+#define PAIRS_JSON_KEYS 2e9  /* json_patch: 40,000-key objects (5.8e10) ran 10 s */
+#define JSON_PATH_STEPS 2000 /* json_set, json_insert: SQLite's JSON nests this deep at most (JSON_MAX_DEPTH) */
+#define JSON_SUBTYPE 'J'     /* SQLite's mark on a value that is JSON, not text (json.c) */
 #define GATE_MAX_ARGS 127    /* SQLite's most arguments to a function (SQLITE_MAX_FUNCTION_ARG) */
 
 struct gate_fn;
 /* 0 when the call may run; else -1 with the refusal in msg. */
 typedef int gate_check_fn(const struct gate_fn *f, int argc, sqlite3_value **argv, sqlite3 *user, char *msg,
                           size_t msgsz);
-static gate_check_fn check_pairs, check_format;
+static gate_check_fn check_pairs, check_format, check_json_paths;
 
 static const struct gate_fn {
     const char *name;
     int nargs; /* -1: any number */
     gate_check_fn *check;
     double budget; /* check_pairs: the most the operands' lengths may multiply to */
+    int json;      /* its arguments and result may be JSON values (subtype JSON_SUBTYPE) */
 } gate_fns[] = {
-    {"like", 2, check_pairs, PAIRS_CHARWISE},  {"like", 3, check_pairs, PAIRS_CHARWISE},
-    {"glob", 2, check_pairs, PAIRS_CHARWISE},  {"trim", 2, check_pairs, PAIRS_CHARWISE},
-    {"ltrim", 2, check_pairs, PAIRS_CHARWISE}, {"rtrim", 2, check_pairs, PAIRS_CHARWISE},
-    {"instr", 2, check_pairs, PAIRS_MEMCMP},   {"replace", 3, check_pairs, PAIRS_MEMCMP},
-    {"printf", -1, check_format, 0},           {"format", -1, check_format, 0},
+    {"like", 2, check_pairs, PAIRS_CHARWISE, 0},
+    {"like", 3, check_pairs, PAIRS_CHARWISE, 0},
+    {"glob", 2, check_pairs, PAIRS_CHARWISE, 0},
+    {"trim", 2, check_pairs, PAIRS_CHARWISE, 0},
+    {"ltrim", 2, check_pairs, PAIRS_CHARWISE, 0},
+    {"rtrim", 2, check_pairs, PAIRS_CHARWISE, 0},
+    {"instr", 2, check_pairs, PAIRS_MEMCMP, 0},
+    {"replace", 3, check_pairs, PAIRS_MEMCMP, 0},
+    {"printf", -1, check_format, 0, 0},
+    {"format", -1, check_format, 0, 0},
+    {"json_patch", 2, check_pairs, PAIRS_JSON_KEYS, 1},
+    {"json_set", -1, check_json_paths, 0, 1},
+    {"json_insert", -1, check_json_paths, 0, 1},
 };
 #define NGATES (sizeof gate_fns / sizeof gate_fns[0])
 
@@ -216,8 +244,9 @@ typedef struct gate_aux {
     struct gate_slot {
         struct gate_aux *aux;
         int fn;
-        sqlite3_stmt *st; /* "SELECT name(?1, ..., ?argc)" on db */
+        sqlite3_stmt *st; /* "SELECT name(?1, ..., ?argc)" on db, json(?i) for a JSON argument */
         int st_argc;      /* the argc st was prepared for (printf's varies) */
+        unsigned char st_json[GATE_MAX_ARGS]; /* which of its arguments st reads as JSON */
     } slot[NGATES];
 } gate_aux;
 
@@ -304,8 +333,37 @@ static int check_format(const struct gate_fn *f, int argc, sqlite3_value **argv,
     return -1;
 }
 
+/* The steps of each path json_set(json, path, value, ...) or json_insert
+ * is given (a '.' or '[' each: a quoted key's own count too, which errs
+ * on the safe side) must fit JSON_PATH_STEPS. */
+static int check_json_paths(const struct gate_fn *f, int argc, sqlite3_value **argv, sqlite3 *user, char *msg,
+                            size_t msgsz) {
+    (void)user;
+    for (int i = 1; i < argc; i += 2) {
+        const unsigned char *path = sqlite3_value_text(argv[i]);
+        long steps = 0;
+        for (const unsigned char *p = path; p && *p; p++)
+            steps += *p == '.' || *p == '[';
+        if (steps <= JSON_PATH_STEPS) continue;
+        snprintf(msg, msgsz,
+                 "refused: %s() of a path of %ld steps: SQLite makes each step it creates by recursion, which could "
+                 "overflow the stack (a path may have %d steps at most, as deep as SQLite's JSON nests)",
+                 f->name, steps, JSON_PATH_STEPS);
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether argument i is read as JSON by the statement gate_stmt prepares:
+ * a JSON value (json('[1]'), another JSON function's result) keeps that
+ * mark only within its statement, and a bound one would be text. */
+static int gate_arg_json(const struct gate_fn *f, sqlite3_value *v) {
+    return f->json && sqlite3_value_subtype(v) == JSON_SUBTYPE;
+}
+
 /* The private connection's statement for f called with argc arguments. */
-static sqlite3_stmt *gate_stmt(struct gate_slot *sl, sqlite3 *user, int argc) {
+static sqlite3_stmt *gate_stmt(struct gate_slot *sl, sqlite3 *user, int argc, sqlite3_value **argv) {
+    const struct gate_fn *f = &gate_fns[sl->fn];
     gate_aux *a = sl->aux;
     if (!a->db) {
         if (sqlite3_open_v2(":memory:", &a->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
@@ -317,12 +375,19 @@ static sqlite3_stmt *gate_stmt(struct gate_slot *sl, sqlite3 *user, int argc) {
         int like_max = sqlite3_limit(user, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, -1);
         sqlite3_limit(a->db, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, like_max);
     }
-    if (sl->st && sl->st_argc == argc) return sl->st;
+    if (argc > GATE_MAX_ARGS) argc = GATE_MAX_ARGS; /* SQLite calls with no more */
+    int same = sl->st && sl->st_argc == argc;
+    for (int i = 0; same && i < argc; i++)
+        same = sl->st_json[i] == gate_arg_json(f, argv[i]);
+    if (same) return sl->st;
     sqlite3_finalize(sl->st);
     sl->st = NULL;
-    char sql[64 + GATE_MAX_ARGS * 6];
-    int n = snprintf(sql, sizeof sql, "SELECT %s(", gate_fns[sl->fn].name);
-    for (int i = 0; i < argc && i < GATE_MAX_ARGS; i++) n += snprintf(sql + n, sizeof sql - (size_t)n, "%s?%d", i ? "," : "", i + 1);
+    char sql[64 + GATE_MAX_ARGS * 12];
+    int n = snprintf(sql, sizeof sql, "SELECT %s(", f->name);
+    for (int i = 0; i < argc; i++) {
+        sl->st_json[i] = (unsigned char)gate_arg_json(f, argv[i]);
+        n += snprintf(sql + n, sizeof sql - (size_t)n, sl->st_json[i] ? "%sjson(?%d)" : "%s?%d", i ? "," : "", i + 1);
+    }
     snprintf(sql + n, sizeof sql - (size_t)n, ")");
     if (sqlite3_prepare_v2(a->db, sql, -1, &sl->st, NULL) != SQLITE_OK) return NULL;
     sl->st_argc = argc;
@@ -346,7 +411,7 @@ static void gate_call(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         sqlite3_result_error(ctx, "interrupted", -1);
         return;
     }
-    sqlite3_stmt *st = gate_stmt(sl, user, argc);
+    sqlite3_stmt *st = gate_stmt(sl, user, argc, argv);
     if (!st) {
         if (sl->aux->db) sqlite3_result_error(ctx, sqlite3_errmsg(sl->aux->db), -1);
         else sqlite3_result_error_nomem(ctx);
@@ -372,6 +437,14 @@ static void gate_call(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     sqlite3_clear_bindings(st);
 }
 
+/* A JSON gate reads its arguments' subtypes and gives its result one:
+ * SQLite from 3.45 on passes neither to a function not registered so. */
+#ifdef SQLITE_RESULT_SUBTYPE
+#define GATE_JSON_FLAGS (SQLITE_SUBTYPE | SQLITE_RESULT_SUBTYPE)
+#else
+#define GATE_JSON_FLAGS SQLITE_SUBTYPE
+#endif
+
 /* Puts the gate in front of each gated function of db. */
 static int gate_register(sqlite3 *db) {
     gate_aux *a = calloc(1, sizeof *a);
@@ -381,9 +454,10 @@ static int gate_register(sqlite3 *db) {
         /* The last registration owns a: SQLite destroys it when the
          * connection closes (or at once if registering fails). */
         int last = i + 1 == NGATES;
-        if (sqlite3_create_function_v2(db, gate_fns[i].name, gate_fns[i].nargs,
-                                       SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS, &a->slot[i], gate_call,
-                                       NULL, NULL, last ? gate_destroy : NULL) != SQLITE_OK) {
+        int flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS;
+        if (gate_fns[i].json) flags |= GATE_JSON_FLAGS;
+        if (sqlite3_create_function_v2(db, gate_fns[i].name, gate_fns[i].nargs, flags, &a->slot[i], gate_call, NULL,
+                                       NULL, last ? gate_destroy : NULL) != SQLITE_OK) {
             if (!last) gate_free(a);
             return -1;
         }

@@ -404,6 +404,16 @@ Test(attack_web, framing_that_could_be_read_two_ways_is_refused_and_the_connecti
     attack_resp a;
     attack_send(ok, strlen(ok), 3, &a);
     cr_assert(a.status == 200 && a.answers == 2 && strstr(a.text, "[[42]]") && strstr(a.text, "\"jobs\""), "%s", a.text);
+    /* A HEAD of the live stream is its headers alone: libmicrohttpd ended
+     * it with a last chunk, which a kept-alive connection read as the
+     * start of the next answer ("Received HTTP/0.9"). */
+    const char *head = "HEAD /api/jobs/1/live HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                       "GET /api/jobs HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    attack_send(head, strlen(head), 3, &a);
+    const char *end = strstr(a.text, "\r\n\r\n");
+    cr_assert(a.status == 200 && a.answers == 2 && strstr(a.text, "text/event-stream") && end &&
+                  strncmp(end + 4, "HTTP/1.1 200 ", 13) == 0 && strstr(a.text, "\"jobs\""),
+              "%s", a.text);
     nothing_changed("the framing tricks");
     fprintf(stderr, "attack_web: framing: %zu requests tried, %zu refused and closed\n", n, refused);
     stop_serve();
@@ -563,6 +573,9 @@ Test(attack_web, sql_bombs_are_refused_and_change_nothing) {
         {"SELECT replace(printf('%.*c', 16000000, 'a'), printf('%.*c', 100000, 'a') || 'b', '')", 413,
          "replace() of a 16000000-byte and a 100001-byte value"},
         {"SELECT printf('%.*c', 2000000, 'a') LIKE '%' || printf('%.*c', 20000, 'a') || 'b'", 413, "like() of a"},
+        /* a stack bomb: it killed the server */
+        {"SELECT json_set('{}', '$' || replace(hex(zeroblob(100000)), '00', '.a'), 1)", 413,
+         "json_set() of a path of 100000 steps"},
         /* deep nesting, a request too large */
         {deep_parens, 400, "parser stack overflow"},
         {deep_sum, 400, "Expression tree is too large"},

@@ -437,6 +437,45 @@ Test(query, a_function_call_the_time_limit_cannot_stop_is_refused_by_its_size) {
     cr_assert(strstr(err.msg, "ESCAPE expression must be a single character"), "%s", err.msg);
 }
 
+/* SQLite 3.40's json_set and json_insert create a path's steps by
+ * recursion: 100,000 steps (a 90-byte request) overflowed the stack and
+ * killed the server, and under `pprun run --serve` the job. json_patch
+ * looks each key of its patch up in its target's, one by one: two objects
+ * of 40,000 keys ran 10 s in one call. Both are refused naming the
+ * function; within the bounds the answers are SQLite's own, a JSON
+ * argument or result staying JSON (the gate runs them on a connection of
+ * its own, where a bound value would be text). */
+Test(query, json_calls_that_could_overflow_the_stack_or_outrun_the_time_limit_are_refused) {
+    static const struct { const char *sql, *fn, *why; } big[] = {
+        {"SELECT json_set('{}', '$' || replace(hex(zeroblob(100000)), '00', '.a'), 1)", "json_set()", "stack"},
+        {"SELECT json_insert('[]', '$.a', 1, '$' || replace(hex(zeroblob(2001)), '00', '[0]'), 1)", "json_insert()",
+         "2001 steps"},
+        {"WITH a AS MATERIALIZED (SELECT '{' || replace(hex(zeroblob(40000)), '00', '\"a\":1,') || '\"a\":1}' AS j),"
+         " b AS MATERIALIZED (SELECT '{' || replace(hex(zeroblob(40000)), '00', '\"b\":1,') || '\"b\":1}' AS j)"
+         " SELECT length(json_patch(a.j, b.j)) FROM a, b",
+         "json_patch()", "time limit"},
+    };
+    usersql_result *r;
+    usersql_error why;
+    pp_err err;
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        cr_assert_eq(usersql_run(db, big[i].sql, NULL, &r, &why, &err), -1, "%s ran", big[i].sql);
+        cr_assert_eq(why, USERSQL_ETOOBIG, "%s: %s", big[i].sql, err.msg);
+        cr_assert(strstr(err.msg, big[i].fn) && strstr(err.msg, big[i].why), "%s", err.msg);
+    }
+    const char *sql = "SELECT json_set('{}', '$.a', json_set('{}', '$.b', 1)), json_set('{}', '$.a', json('[1, 2]')),"
+                      " json_set('{}', '$.a', '[1]'), json_insert('[1]', '$[#]', json_array(2, 3)),"
+                      " json_patch('{\"a\":1}', json_object('b', json('[1]'))),"
+                      " json_array(json_set('{}', '$.x', 1)),"
+                      " length(json_set('{}', '$' || replace(hex(zeroblob(2000)), '00', '.a'), 1))";
+    cr_assert_eq(usersql_run(db, sql, NULL, &r, &why, &err), 0, "%s", err.msg);
+    static const char *const want[] = {"{\"a\":{\"b\":1}}", "{\"a\":[1,2]}", "{\"a\":\"[1]\"}", "[1,[2,3]]",
+                                       "{\"a\":1,\"b\":[1]}", "[{\"x\":1}]"};
+    for (int c = 0; c < 6; c++) cr_assert_str_eq(usersql_cell_at(r, 0, c)->s, want[c], "column %d", c);
+    cr_assert_eq(usersql_cell_at(r, 0, 6)->i, 2000 * 6 + 1, "2,000 steps are made");
+    usersql_free(r);
+}
+
 /* Functions that build a value the time limit cannot stop. printf (and
  * format) repeat a %c once per unit of its precision, past the limit on
  * one value too: `printf('%.*c', 1e9, 'x')` ran 8 s and gave NULL; they
@@ -638,4 +677,20 @@ Test(query, the_schema_docs_sql_examples_run) {
     }
     cr_assert_geq(blocks, 9, "the examples were found (%d)", blocks);
     free(doc);
+}
+
+/* SQLite's allocation statistics take one global mutex on every malloc:
+ * user queries on the server's threads waited for each other there (two
+ * 1M-row CTEs at once took three times as long each; `pprun serve` opens
+ * nothing for writing, where db.c turns them off). usersql_init, which
+ * pprun's main runs first, turns them off: SQLite then counts nothing. */
+Test(usersql, init_turns_off_sqlites_allocation_statistics) {
+    pp_err err;
+    cr_assert_eq(usersql_init(&err), 0, "%s", err.msg);
+    sqlite3 *conn;
+    cr_assert_eq(sqlite3_open_v2(":memory:", &conn, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(conn, "SELECT group_concat(value) FROM json_each('[1,2,3]')", NULL, NULL, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_memory_used(), 0, "SQLite counted %lld bytes", (long long)sqlite3_memory_used());
+    sqlite3_close(conn);
 }

@@ -256,6 +256,13 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, reques
     } else {
         rt->handler(&rq->q, &r);
     }
+    if (r.stream && strcmp(method, MHD_HTTP_METHOD_HEAD) == 0) {
+        /* libmicrohttpd answers a HEAD of a chunked stream with its last
+         * chunk, bytes a kept-alive connection reads as the start of the
+         * next answer: a HEAD gets the stream's headers and no stream. */
+        r.stream_end(r.stream_arg);
+        r.stream = NULL;
+    }
     return send_reply(s, c, &r);
 }
 
