@@ -207,6 +207,18 @@ done:
     return p;
 }
 
+/* Each rank's ranks.stages: the stages its plan runs (a ZBVZeroBubble's V
+ * puts stages 0 and 3 on rank 0), not the launcher's placement, which knew
+ * nothing of the program's schedule. */
+static int ranks_hold_their_plans_stages(sqlite3 *sql, int64_t job) {
+    int64_t ints[] = {job};
+    return run(sql,
+               "UPDATE ranks SET stages=(SELECT group_concat(stage, ',') FROM (SELECT DISTINCT stage FROM plan"
+               " WHERE job_id=?1 AND rank=ranks.rank ORDER BY stage)) WHERE job_id=?1 AND rank IN"
+               " (SELECT DISTINCT rank FROM plan WHERE job_id=?1)",
+               ints, 1, NULL, 0);
+}
+
 int progplan_simulate(db *d, int64_t job, int first_step, int last_step, pp_err *err) {
     sqlite3 *sql = db_sqlite(d);
     char what[64], name[64] = "";
@@ -274,6 +286,10 @@ int progplan_simulate(db *d, int64_t job, int first_step, int last_step, pp_err 
     }
     for (int k = 0; k < ranks; k++)
         if (lens[k] == 0) goto done; /* a rank has not declared its plan yet */
+    if ((rc = ranks_hold_their_plans_stages(sql, job)) != SQLITE_DONE) {
+        result = db_fail(d, rc, what, err);
+        goto done;
+    }
     if (replicated && !(p = pipeline_ranks(&rs, lens, ranks, stages, m, err, what))) goto done;
     for (size_t i = 0; !replicated && i < rs.n; i++)
         if (rs.v[i].mb >= m) {

@@ -187,6 +187,17 @@ static void assert_every_op_as_planned(sqlite3 *s, const torch_case *c) {
                          c->backward == BACKWARD_FUSED ? "PyTorch's full backward" : "B and W apart");
     }
     assert_ranks_ran_the_plan(s, c->ranks);
+    /* each rank holds the stages the program's schedule put on it (the V's
+     * rank 0: 0 and 3), not the launcher's placement */
+    int n = 0;
+    for (int r = 0; r < c->ranks; r++)
+        for (int stage = 0, first = 1; stage < stages; stage++)
+            if (stage_rank(c, stage) == r) {
+                n += snprintf(want + n, sizeof want - (size_t)n, "%s%d", first ? (r ? " " : "") : ",", stage);
+                first = 0;
+            }
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(stages, ' ') FROM (SELECT stages FROM ranks"
+                                                " ORDER BY rank)"), want, "ranks.stages");
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT schedule||' '||stages||' '||microbatches FROM jobs"),
                      (snprintf(want, sizeof want, "%s %d %d", c->cls, stages, MICROBATCHES), want));
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM plan WHERE sim_start_ns IS NULL"), "0",
@@ -896,6 +907,30 @@ static void program_run(lt_proc *p, const char *db, const char *mode) {
                           TORCH_CHECKOUT "/tests/torch_program.py", "--mode", mode, NULL};
     const char *env[] = {"USE_LIBUV=", NULL};
     lt_run(p, args, env);
+}
+
+/* An OPT is the step of an optimizer of the stage's parameters, once: an
+ * optimizer whose step() steps another (mode optimizers: a Lookahead-style
+ * one; a ZeroRedundancyOptimizer) recorded two nested OPTs a step, and an
+ * auxiliary model's optimizer stepped after the program's own 50 ms of
+ * work was recorded as an OPT of the step, which stretched the step over
+ * that work (a 12 ms step measured 57 ms, its bubble 95%). */
+Test(torch, an_opt_is_the_stages_optimizer_once_a_step, .timeout = 300) {
+    const char *db = tfix_path("optimizers.db");
+    lt_proc p;
+    program_run(&p, db, "optimizers");
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    cr_assert_eq(lt_count(p.out, "done rank"), 2, "%s\n%s", p.out, p.err);
+    sqlite3 *s = open_db(db);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(rank||':'||step||':'||n, ' ') FROM (SELECT rank,"
+                                                " step, count(*) AS n FROM events WHERE phase='OPT' GROUP BY rank, step"
+                                                " ORDER BY rank, step)"),
+                     "0:0:1 0:1:1 0:2:1 1:0:1 1:1:1 1:2:1");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM step_totals WHERE end_ns - start_ns >= 50000000"),
+                     "0", "no step holds the program's 50 ms between steps");
+    sqlite3_close(s);
+    lt_free(&p);
 }
 
 /* A DataLoader's workers are children the rank forked: their

@@ -62,6 +62,10 @@ torch.device).
   program imports torch's pipelining, whose worker then imports it (a
   task's lazy import) and stays until the program ends; the worker prints
   "worker imported pipelining".
+--mode optimizers: the stage's SGD is stepped through a Lookahead-style
+  optimizer whose step() calls it (one optimizer step, two torch.optim
+  step()s, as ZeroRedundancyOptimizer's), and after it each step the
+  program sleeps 50 ms and steps an auxiliary model's own optimizer.
 
 Under pprun, pprun is imported for its spans (else they do nothing)."""
 import argparse
@@ -232,6 +236,21 @@ class Stage(nn.Module):
         return torch.relu(self.layer(x)) if self.rank == 0 else self.layer(x)
 
 
+class Lookahead(torch.optim.Optimizer):
+    """An optimizer whose step() steps another (a Lookahead's, a
+    ZeroRedundancyOptimizer's way): its slow weights left out."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        super().__init__(inner.param_groups[0]["params"], {"lr": inner.defaults["lr"]})
+
+    def zero_grad(self, set_to_none=True):
+        self.inner.zero_grad(set_to_none)
+
+    def step(self, closure=None):
+        return self.inner.step(closure)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes",
@@ -239,7 +258,7 @@ def main():
                                                           "torch-first", "evals-wrap", "raise-first", "slow-peer",
                                                           "slow-peer-ctypes", "early-pool",
                                                           "own-batch-p2p", "own-batch-p2p-waits",
-                                                          "own-batch-p2p-ctypes"])
+                                                          "own-batch-p2p-ctypes", "optimizers"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -252,6 +271,9 @@ def main():
     kind = Schedule1F1B if waits else ScheduleGPipe
     schedule = kind(stage, 2, loss_fn=loss_fn)
     opt = torch.optim.SGD(module.parameters(), lr=0.05)
+    if args.mode == "optimizers":
+        opt, aux = Lookahead(opt), nn.Linear(DIM, DIM)
+        aux_opt = torch.optim.SGD(aux.parameters(), lr=0.05)
     waited = [0]
     if args.mode == "works":
         batches_of_works(waited)
@@ -307,6 +329,11 @@ def main():
             schedule._internal_losses.clear()
             continue
         opt.step()
+        if args.mode == "optimizers":
+            time.sleep(0.05)  # the program's own work, between steps
+            aux_opt.zero_grad()
+            aux(torch.ones(1, DIM)).sum().backward()
+            aux_opt.step()
         for mb, loss in enumerate(losses):
             print("loss step=%d microbatch=%d value=%r" % (step, mb, loss.item()), flush=True)
         if args.mode.startswith("longjob") and step == 0:

@@ -23,7 +23,8 @@ on PyTorch's own classes and module, with the program unchanged:
                                   with the peer rank and the tensor's bytes
   schedule._update_losses         each microbatch's loss on the last stage,
                                   the tensors the program gets in `losses`
-  torch.optim step hooks          OPT (every optimizer's step)
+  torch.optim step hooks          OPT (an optimizer's step of the stages'
+                                  parameters, the outermost of nested ones)
   torch.distributed.all_reduce,   ALLREDUCE, REDUCE_SCATTER, ALL_GATHER spans
   reduce_scatter_tensor,          (pprun's own --dp names) where called on a
   all_gather_into_tensor          data-parallel group between ops, from the
@@ -92,7 +93,7 @@ class _State:
         self.order = None        # the actions run in the first training step, while recording it
         self.replica = 0         # this rank's pipeline among the job's data-parallel replicas (_replica_of)
         self.first_mb = 0        # in a training step: its replica's first global microbatch (replica·n)
-        self.opt_t0 = {}         # optimizer id -> its step's start
+        self.opt_t0 = {}         # thread -> (optimizer, its step's start, gpu start) of the step() it is in
         self.opt_info = weakref.WeakKeyDictionary()  # optimizer -> _opt_info()
         self.lock = threading.Lock()
         self.in_step = False     # inside a wrapped step() (one step, whichever class's step() it reaches)
@@ -753,6 +754,7 @@ def _wrap_step(orig):
             if _st.trained:
                 pprun._step[0] += 1
             _st.trained = True
+            _st.opt_t0.pop(threading.get_ident(), None)  # an optimizer step() that raised never ended
             _other_schedule(self)
         # The first training step declares the schedule before its first
         # record (its stages and microbatches bound the records), with
@@ -834,32 +836,53 @@ def _state_bytes(opt):
     return n
 
 
+def _steps_stages(opt):
+    """Whether opt steps a parameter of this rank's stages (any of them),
+    or the stages are not known yet (none declared)."""
+    ids = {id(p) for _, module in _st.stages if module is not None for p in module.parameters()}
+    return not ids or any(id(p) in ids for group in opt.param_groups for p in group["params"])
+
+
 def _opt_info(opt):
-    """(state entries, parameter groups, bytes, device) of an optimizer,
+    """(state entries, parameter groups, bytes, device, whether it steps the
+    stages' parameters, the stages that was read for) of an optimizer,
     measured when first seen (_state_bytes) and again whenever its count of
-    state entries or parameter groups changed since: its sizes do not
-    change between steps otherwise, so a step's hooks do not measure them
-    again (the state appears during the first step, Adam's moments, SGD's
-    momentum: measured again after it)."""
+    state entries or parameter groups (or the stages) changed since: its
+    sizes do not change between steps otherwise, so a step's hooks do not
+    measure them again (the state appears during the first step, Adam's
+    moments, SGD's momentum: measured again after it)."""
     info = _st.opt_info.get(opt)
-    if info is None or info[0] != len(opt.state) or info[1] != len(opt.param_groups):
+    if info is None or info[0] != len(opt.state) or info[1] != len(opt.param_groups) or info[5] is not _st.stages:
         device = next((p.device for group in opt.param_groups for p in group["params"]), None)
-        info = _st.opt_info[opt] = (len(opt.state), len(opt.param_groups), _state_bytes(opt), device)
+        info = _st.opt_info[opt] = (len(opt.state), len(opt.param_groups), _state_bytes(opt), device,
+                                    _steps_stages(opt), _st.stages)
     return info
 
 
 def _opt_pre(opt, args, kwargs):
-    if _st.trained:
-        device = _opt_info(opt)[3]
-        _st.opt_t0[id(opt)] = (_clock(), _gpu.begin(device))
+    """An OPT begins: the step() of an optimizer of the stages' parameters,
+    the outermost one where its step() runs another's (a
+    ZeroRedundancyOptimizer's, a Lookahead's inner one: one OPT). Another
+    optimizer's step (an auxiliary model's, after the pipeline's step) is
+    the program's own time, not the step's."""
+    if not _st.trained:
+        return
+    thread = threading.get_ident()
+    if thread in _st.opt_t0:  # inside another optimizer's step(): its OPT holds this one
+        return
+    info = _opt_info(opt)
+    if info[4]:
+        _st.opt_t0[thread] = (opt, _clock(), _gpu.begin(info[3]))
 
 
 def _opt_post(opt, args, kwargs):
-    begun = _st.opt_t0.pop(id(opt), None)
-    if begun is None:
+    thread = threading.get_ident()
+    begun = _st.opt_t0.get(thread)
+    if begun is None or begun[0] is not opt:
         return
+    del _st.opt_t0[thread]
     t1 = _clock()
-    (t0, g), step, t = begun, pprun._step[0], _st.t
+    (_, t0, g), step, t = begun, pprun._step[0], _st.t
     nbytes = _opt_info(opt)[2]
     _gpu.end(g, b"OPT", step, -1, -1, nbytes)
     if not t.on:
