@@ -350,6 +350,37 @@ Test(launch_opts, torchruns_habits_are_taken) {
     lt_free(&p);
 }
 
+/* torchrun's --standalone is one node on a free port in either order of
+ * the flags: --nnodes 2 after it was refused naming a --master-port 0 the
+ * user never gave, and before it was silently one node. */
+Test(launch_opts, standalone_is_one_node_whatever_the_order_of_the_flags) {
+    static launch_options o;
+    pp_err err;
+    char *alone[] = {"launch", "--master-port", "0", "--nnodes", "1", "--standalone", "--", "true", NULL};
+    cr_assert_eq(launch_parse(8, alone, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert(o.nnodes == 1 && o.node_rank == 0 && o.master_port == 0);
+    static const struct {
+        const char *a, *b, *want;
+    } bad[] = {
+        {"--nnodes", "2", "--standalone runs one node, and --nnodes says 2: give one of them"},
+        {"--node-rank", "1", "--standalone runs node 0 alone, and --node-rank says 1"},
+        {"--master-port", "29400", "--standalone picks a free port, and --master-port says 29400"},
+        {"--rdzv-endpoint", "localhost:29400", "--standalone picks a free port, and --rdzv-endpoint says 29400"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        for (int after = 0; after < 2; after++) {
+            char *argv[] = {"launch",
+                            after ? (char *)bad[i].a : "--standalone",
+                            after ? (char *)bad[i].b : (char *)bad[i].a,
+                            after ? "--standalone" : (char *)bad[i].b,
+                            "--",
+                            "true",
+                            NULL};
+            cr_assert_eq(launch_parse(6, argv, &o, NULL, NULL, &err), -1, "%s %s %s", argv[1], argv[2], argv[3]);
+            cr_assert(strstr(err.msg, bad[i].want), "%s %s %s: %s", argv[1], argv[2], argv[3], err.msg);
+        }
+}
+
 Test(launch_opts, slurm_fills_what_flags_do_not_say) {
     static launch_options o;
     pp_err err;

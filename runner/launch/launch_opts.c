@@ -265,6 +265,7 @@ typedef struct cmdline {
     void *ctx;
     const char *redir, *tee, *filter;
     int module, no_python; /* -m, --no-python */
+    int standalone;        /* --standalone, applied once every flag is read (apply_standalone) */
     /* The rendezvous as each option said it, for check_rendezvous: the
      * last --master-addr, --master-port (-1: none) and --rdzv-endpoint
      * (its host and port, -1: none), and --rdzv-backend. */
@@ -444,8 +445,19 @@ static int set_backend(const char *name, const char *val, pp_err *err) {
     return 0;
 }
 
-/* torchrun's --standalone: one node, a free port. */
-static int set_standalone(launch_options *o) {
+/* torchrun's --standalone: one node, a free port, whatever the order of
+ * the flags (before, --nnodes 2 after it was refused naming --master-port
+ * 0, and before it was silently one node); one that says otherwise is
+ * refused naming both. */
+static int apply_standalone(launch_options *o, const cmdline *cl, pp_err *err) {
+    if ((o->given & LAUNCH_GIVEN_NNODES) && o->nnodes != 1)
+        return pp_fail(err, "--standalone runs one node, and --nnodes says %d: give one of them", o->nnodes);
+    if ((o->given & LAUNCH_GIVEN_NODE_RANK) && o->node_rank != 0)
+        return pp_fail(err, "--standalone runs node 0 alone, and --node-rank says %d: give one of them", o->node_rank);
+    if (cl->port_opt > 0 || cl->endpoint_port > 0)
+        return pp_fail(err, "--standalone picks a free port, and %s says %d: give one of them",
+                       cl->port_opt > 0 ? "--master-port" : "--rdzv-endpoint",
+                       cl->port_opt > 0 ? cl->port_opt : cl->endpoint_port);
     o->nnodes = 1;
     o->node_rank = 0;
     o->master_port = 0;
@@ -493,7 +505,9 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
     case OPT_NO_PREFIX: o->prefix = 0; return 0;
     case OPT_RDZV_TOKEN: return set_token(o, name, val, err);
     case OPT_RDZV_TOKEN_FILE: return set_token_file(o, name, val, err);
-    case OPT_STANDALONE: return set_standalone(o);
+    case OPT_STANDALONE:
+        cl->standalone = 1;
+        return 0;
     case OPT_RDZV_ENDPOINT:
         if (set_endpoint(o, name, val, err) != 0) return -1;
         cl->endpoint = val;
@@ -808,6 +822,7 @@ int launch_parse(int argc, char **argv, launch_options *o,
         int rc = parse_flag(&cl, o, err); /* -m is a flag, as torchrun's: options may follow it */
         if (rc != 0) return rc;
     }
+    if (cl.standalone && apply_standalone(o, &cl, err) != 0) return -1;
     if (check_rendezvous(&cl, o, err) != 0 || take_program(&cl, o, err) != 0) return -1;
     /* Slurm fills what the flags did not say; then what needs every flag. */
     if (slurm_fill(o, err) != 0 || check_master_addr(o, err) != 0 || take_token(o, err) != 0) return -1;
