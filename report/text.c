@@ -599,8 +599,14 @@ static void report_whatif_curve(FILE *out, const whatif_report *r) {
 }
 
 void report_brief(FILE *out, const char *prefix, const job_summary *s, const whatif_report *w, const char *db_path) {
-    if (!s->steps) return;
     char t[24], m[24], p[24];
+    if (!s->steps) { /* a program that only evaluated, or stopped in its first step */
+        fprintf(out,
+                "%s: job %lld: no step complete (a step has every rank's ops; evaluations are not steps)\n"
+                "%s: more: pprun stats --db %s --job %lld\n",
+                prefix, (long long)s->job_id, prefix, db_path, (long long)s->job_id);
+        return;
+    }
     fprintf(out, "%s: job %lld: median step %s; bubble %s measured, %s planned", prefix, (long long)s->job_id,
             fmt_ns(t, sizeof t, (double)s->step_time_ns), fmt_pct(m, sizeof m, s->bubble_ratio),
             fmt_pct(p, sizeof p, s->sim_bubble_ratio));

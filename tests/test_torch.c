@@ -773,7 +773,12 @@ Test(torch, a_program_that_only_evaluates_is_its_schedule_without_a_plan, .timeo
                                                 "(SELECT count(*) FROM plan)||' '||(SELECT count(*) FROM events WHERE"
                                                 " phase='EVAL_F') FROM jobs"),
                      "ScheduleGPipe 8 2 0 16", "its 8 microbatches on 2 stages, no plan, every forward");
+    /* no training step (its evaluation is under step 0: it counted one),
+     * and the run's last lines say so, not nothing */
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT steps FROM jobs"), "0");
     sqlite3_close(s);
+    lt_assert_has(p.err, ": no step complete (a step has every rank's ops; evaluations are not steps)\npprun run: more: "
+                         "pprun stats --db ");
     lt_proc st;
     lt_run(&st, (const char *[]){"stats", "--db", db, NULL}, NULL);
     cr_assert_eq(st.status, 0, "%s", st.err);

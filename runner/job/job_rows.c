@@ -435,19 +435,19 @@ void job_rows_failure(const job_outcome *end, char *buf, size_t n) {
  * program"). Only for a job traced here (node 0, --trace on). A program
  * whose records were all refused (counted as dropped) did call the
  * library: the library said why at the time, and stats shows the drops. */
-static void say_nothing_recorded(const run_job *job, const job_outcome *end) {
-    if (!job->program || end->exit_code != 0) return;
+static int say_nothing_recorded(const run_job *job, const job_outcome *end) {
+    if (!job->program || end->exit_code != 0) return 0;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db_sqlite(job->db),
                            "SELECT EXISTS(SELECT 1 FROM events WHERE job_id=?1) OR"
                            " EXISTS(SELECT 1 FROM losses WHERE job_id=?1) OR"
                            " EXISTS(SELECT 1 FROM ranks WHERE job_id=?1 AND dropped_events>0)",
                            -1, &st, NULL) != SQLITE_OK)
-        return;
+        return 0;
     sqlite3_bind_int64(st, 1, job->job_id);
     int recorded = sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
-    if (recorded) return;
+    if (recorded) return 0;
     if (end->rings_claimed > 0) /* the hook worked: the program made no op to record */
         fprintf(stderr,
                 "pprun run: job %lld: no records came from the program, though %d of the ranks on this node "
@@ -460,6 +460,7 @@ static void say_nothing_recorded(const run_job *job, const job_outcome *end) {
                 "(docs/trace-api.md), or, in Python, never imported torch.distributed.pipelining or pprun.torch; a "
                 "python3 started with -I, -E or -S skips the site hook pprun traces PyTorch through (docs/torch.md)\n",
                 (long long)job->job_id);
+    return 1;
 }
 
 void job_rows_finish(run_job *job, job_outcome *end) {
@@ -496,8 +497,7 @@ void job_rows_finish(run_job *job, job_outcome *end) {
     /* Where the time went, in two lines: the summary and whether ranks
      * shared cores, not the whole what-if (its simulations were half of
      * the launcher's CPU for tracing a 10-step job, docs/design.md §6). */
-    say_nothing_recorded(job, end);
-    if (end->exit_code == 0) {
+    if (!say_nothing_recorded(job, end) && end->exit_code == 0) {
         job_summary s;
         whatif_report w;
         if (summary_read(db_sqlite(job->db), job->job_id, 0, &s, &ferr) == 0)
