@@ -452,7 +452,8 @@ static void post_sql(const char *sql, attack_resp *a) {
  * time bombs, values past the limits, deep nesting: each refused with its
  * status and reason, and nothing written, attached or created. */
 Test(attack_web, sql_bombs_are_refused_and_change_nothing) {
-    static char deep_parens[7000], deep_sum[10100], deep_calls[12100], wide_in[100100], many_blobs[3100];
+    static char deep_parens[7000], deep_sum[10100], deep_calls[12100], wide_in[100100], many_blobs[3100],
+        flat_ctes[62000];
     int k = snprintf(deep_parens, sizeof deep_parens, "SELECT ");
     for (int i = 0; i < 3000; i++) deep_parens[k++] = '(';
     deep_parens[k++] = '1';
@@ -471,6 +472,15 @@ Test(attack_web, sql_bombs_are_refused_and_change_nothing) {
     snprintf(wide_in + k, sizeof wide_in - (size_t)k, ")");
     k = snprintf(many_blobs, sizeof many_blobs, "SELECT 1");
     for (int i = 0; i < 100; i++) k += snprintf(many_blobs + k, sizeof many_blobs - (size_t)k, ",length(randomblob(16000000))");
+    /* 30 CTEs of 990 `+1`s: flattened into one expression 29,700 deep, it
+     * overflowed the SQL thread's stack and killed the server */
+    k = snprintf(flat_ctes, sizeof flat_ctes, "WITH a0(x) AS (SELECT 1)");
+    for (int c = 1; c <= 30; c++) {
+        k += snprintf(flat_ctes + k, sizeof flat_ctes - (size_t)k, ",a%d(x) AS (SELECT x", c);
+        for (int d = 0; d < 990; d++) k += snprintf(flat_ctes + k, sizeof flat_ctes - (size_t)k, "+1");
+        k += snprintf(flat_ctes + k, sizeof flat_ctes - (size_t)k, " FROM a%d)", c - 1);
+    }
+    snprintf(flat_ctes + k, sizeof flat_ctes - (size_t)k, "SELECT x FROM a30");
     const struct { const char *sql; int status; const char *msg;
     } cases[] = {
         /* writes */
@@ -573,7 +583,8 @@ Test(attack_web, sql_bombs_are_refused_and_change_nothing) {
         {"SELECT replace(printf('%.*c', 16000000, 'a'), printf('%.*c', 100000, 'a') || 'b', '')", 413,
          "replace() of a 16000000-byte and a 100001-byte value"},
         {"SELECT printf('%.*c', 2000000, 'a') LIKE '%' || printf('%.*c', 20000, 'a') || 'b'", 413, "like() of a"},
-        /* a stack bomb: it killed the server */
+        /* stack bombs: they killed the server */
+        {flat_ctes, 200, "[[29701]]"},
         {"SELECT json_set('{}', '$' || replace(hex(zeroblob(100000)), '00', '.a'), 1)", 413,
          "json_set() of a path of 100000 steps"},
         /* deep nesting, a request too large */

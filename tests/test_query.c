@@ -4,6 +4,7 @@
  * example of docs/schema.md, which must run as written. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -677,6 +678,47 @@ Test(query, the_schema_docs_sql_examples_run) {
     }
     cr_assert_geq(blocks, 9, "the examples were found (%d)", blocks);
     free(doc);
+}
+
+/* 30 CTEs, each its predecessor's x plus 990 `+1`s (a 60 KB statement,
+ * every expression within the parser's 1,000-deep limit): SQLite's query
+ * flattener substituted each into the next, one expression 29,700 deep,
+ * whose recursion overflowed the stack of the server's SQL thread and
+ * killed the server (4.4 s into preparing it, where no time limit runs).
+ * Run here on a thread of a 2 MiB stack, where it crashed; user SQL does
+ * not flatten now, and the answer is the same. */
+static void *run_on_thread(void *sql) {
+    usersql_result *r;
+    usersql_error why;
+    pp_err err;
+    if (usersql_run(db, sql, NULL, &r, &why, &err) != 0) return strdup(err.msg);
+    char *got = malloc(32);
+    snprintf(got, 32, "%lld", (long long)usersql_cell_at(r, 0, 0)->i);
+    usersql_free(r);
+    return got;
+}
+
+Test(query, ctes_that_flatten_into_one_deep_expression_do_not_overflow_the_stack) {
+    enum { CTES = 30, DEPTH = 990 };
+    size_t cap = CTES * (DEPTH * 2 + 64) + 64, n = 0;
+    char *sql = malloc(cap);
+    n += (size_t)snprintf(sql + n, cap - n, "WITH a0(x) AS (SELECT 1)");
+    for (int k = 1; k <= CTES; k++) {
+        n += (size_t)snprintf(sql + n, cap - n, ", a%d(x) AS (SELECT x", k);
+        for (int d = 0; d < DEPTH; d++) n += (size_t)snprintf(sql + n, cap - n, "+1");
+        n += (size_t)snprintf(sql + n, cap - n, " FROM a%d)", k - 1);
+    }
+    snprintf(sql + n, cap - n, " SELECT x FROM a%d", CTES);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 2u << 20);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, &attr, run_on_thread, sql), 0);
+    void *got;
+    pthread_join(t, &got);
+    cr_assert_str_eq(got, "29701");
+    free(got);
+    free(sql);
 }
 
 /* SQLite's allocation statistics take one global mutex on every malloc:

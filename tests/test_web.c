@@ -1679,8 +1679,9 @@ Test(web_live, a_stream_delivers_rows_another_writer_appends_and_resumes, .timeo
 
     webclient_resp r;
     static const char *const bad_ids[] = {"nonsense", "99999999999999999999.1.1.1", "1.2.3", "1.2.3.4.5",
-                                          "-1.0.0.0", "1.-2.0.0", "1..2.3"};
-    for (int i = 0; i < 7; i++) {
+                                          "-1.0.0.0", "1.-2.0.0", "1..2.3", "+1.2.3.4", "1. 2.3.4",
+                                          "1.-01.0.0"};
+    for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
         char hdr[96];
         snprintf(hdr, sizeof hdr, "Last-Event-ID: %s\r\n", bad_ids[i]);
         webclient_request(port, "GET", "/api/jobs/1/live", hdr, NULL, &r);

@@ -45,6 +45,7 @@
  * Every message carries `id: E.LS.LM.SS` (last event id, last loss
  * step.microbatch, last complete step); a client reconnecting with
  * Last-Event-ID gets exactly what came after. */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -686,6 +687,9 @@ static int parse_cursor(const char *v, live_sub *s) {
     const char *p = v;
     for (int i = 0; i < 4; i++) {
         char *end;
+        /* digits, or -1 (none yet) past the first: strtoll alone takes a
+         * sign and leading blanks ("+1", " 1") the ids never have */
+        if (!isdigit((unsigned char)*p) && !(i && p[0] == '-' && p[1] == '1')) return -1;
         errno = 0;
         part[i] = strtoll(p, &end, 10);
         if (end == p || errno || *end != (i < 3 ? '.' : '\0') || part[i] < (i ? -1 : 0) || part[i] > LONG_MAX)
