@@ -355,9 +355,9 @@ static int check_json_paths(const struct gate_fn *f, int argc, sqlite3_value **a
     return 0;
 }
 
-/* Whether argument i is read as JSON by the statement gate_stmt prepares:
- * a JSON value (json('[1]'), another JSON function's result) keeps that
- * mark only within its statement, and a bound one would be text. */
+/* Whether the statement gate_stmt prepares reads argument v as JSON: a
+ * JSON value (json('[1]'), another JSON function's result) keeps that
+ * mark only within its statement, and bound it would be text. */
 static int gate_arg_json(const struct gate_fn *f, sqlite3_value *v) {
     return f->json && sqlite3_value_subtype(v) == JSON_SUBTYPE;
 }
