@@ -14,6 +14,7 @@
 #include "db/usersql.h"
 #include "runner/cmd/cli.h"
 #include "runner/model/model.h"
+#include "web/sqlproc.h"
 
 static const struct {
     const char *name;
@@ -32,6 +33,7 @@ static const struct {
     {"version", cmd_version, "print the version", 0},
     {"worker", cmd_worker, NULL, 0}, /* one rank of `pprun run`; started by it */
     {"salvage", cmd_salvage, NULL, 0}, /* a killed `pprun run` launcher's guard runs it */
+    {SQLPROC_COMMAND, cmd_serve_query, NULL, 0}, /* one POST /api/sql query, which the server runs apart */
 };
 
 /* Runs fn with each "--flag=value" of argv (flag: letters, digits and '-')

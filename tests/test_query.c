@@ -736,3 +736,18 @@ Test(usersql, init_turns_off_sqlites_allocation_statistics) {
     cr_assert_eq(sqlite3_memory_used(), 0, "SQLite counted %lld bytes", (long long)sqlite3_memory_used());
     sqlite3_close(conn);
 }
+
+/* `pprun serve-query` is the server's (web/sqlproc.h): run by hand it
+ * says so, reads nothing and runs nothing. */
+Test(query, serve_query_by_hand_says_it_is_the_servers) {
+    char *out, *errout;
+    cr_assert_eq(run_pprun("serve-query", &out, &errout), 2);
+    cr_assert(strstr(errout, "pprun serve-query: started by pprun serve, not by hand (docs/api.md)"), "%s", errout);
+    cr_assert_str_eq(out, "");
+    free(out);
+    free(errout);
+    cr_assert_eq(run_pprun("serve-query db 1 2000000000 10 100 1000 </dev/null", &out, &errout), 2,
+                 "another process's child: %s", errout);
+    free(out);
+    free(errout);
+}

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
@@ -40,6 +41,7 @@ static void serve(http_options o) {
     pp_err err;
     o.db_path = dbpath;
     if (!o.listen) o.listen = "127.0.0.1:0";
+    if (!o.sql_exe) o.sql_exe = PPRUN_BIN; /* this test program is not pprun: its queries run in pprun */
     cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
     port = http_port(srv);
 }
@@ -993,6 +995,35 @@ static webclient_resp post_sql(const char *body) {
     webclient_resp r;
     cr_assert_eq(webclient_request(port, "POST", "/api/sql", NULL, body, &r), 0);
     return r;
+}
+
+/* A query's process that dies (a crash of SQLite's: a stack overflow
+ * killed the whole server once, and under `pprun run --serve` the job) is
+ * that query's 500; the server answers on. Here the "pprun" the server
+ * runs queries in is a script that kills itself as a crash would, and one
+ * that is not there. */
+Test(web, a_query_whose_process_dies_is_its_500_and_the_server_goes_on) {
+    char exe[300];
+    snprintf(exe, sizeof exe, "%s.crash.sh", dbpath);
+    FILE *f = fopen(exe, "w");
+    cr_assert(f);
+    fputs("#!/bin/sh\nkill -SEGV $$\n", f);
+    fclose(f);
+    cr_assert_eq(chmod(exe, 0700), 0);
+    restart_with((http_options){.conn_timeout_s = 2, .sql_exe = exe});
+    webclient_resp r = post_sql("{\"sql\": \"SELECT 1\"}");
+    cr_assert_eq(r.status, 500, "%s", r.body);
+    cr_assert(strstr(r.body, "the query's process died of signal 11 (SIGSEGV): SQLite could not run it; "
+                             "the server goes on"), "%s", r.body);
+    webclient_free(&r);
+    cJSON *j = get_json("/api/jobs", 200);
+    cJSON_Delete(j);
+    unlink(exe);
+    restart_with((http_options){.conn_timeout_s = 2, .sql_exe = exe});
+    r = post_sql("{\"sql\": \"SELECT 1\"}");
+    cr_assert(r.status == 500 && strstr(r.body, "cannot start the query's process") &&
+                  strstr(r.body, "No such file or directory"), "%d %s", r.status, r.body);
+    webclient_free(&r);
 }
 
 Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {

@@ -30,6 +30,7 @@ static void start_with(http_options o) {
     fixture_fresh(dbpath, sizeof dbpath, "webhost", 2, "succeeded");
     o.db_path = dbpath;
     if (!o.listen) o.listen = "127.0.0.1:0";
+    o.sql_exe = PPRUN_BIN; /* this test program is not pprun: its queries run in pprun */
     cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
     port = http_port(srv);
 }

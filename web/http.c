@@ -402,10 +402,16 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     s->o.listen = NULL; /* not kept: the caller owns the string */
     s->o.allow_hosts = NULL; /* kept parsed, in s->allow */
     s->o.db_path = NULL;
+    s->o.sql_exe = NULL; /* kept in s->sql_exe */
     for (int i = 0; i < HTTP_CODES; i++) atomic_init(&s->requests[i], 0);
+    sqlproc_group_init(&s->sqlprocs);
 
     /* Each step that fails undoes the ones before it, in reverse. */
     int family = AF_INET;
+    if (!(s->sql_exe = strdup(opts->sql_exe ? opts->sql_exe : "/proc/self/exe"))) {
+        pp_fail(err, "out of memory");
+        goto no_listener;
+    }
     if (guard_init(s, opts->allow_hosts, err) != 0) goto no_listener;
     int fd = open_listener(opts, 2 * s->o.max_conns, &family, s->url, sizeof s->url, &s->port, &s->loopback, err);
     if (fd < 0) goto no_listener;
@@ -464,6 +470,8 @@ no_pool:
     close(fd);
 no_listener:
     guard_free(s);
+    sqlproc_group_destroy(&s->sqlprocs);
+    free(s->sql_exe);
     free(s->token);
     free(s);
     return -1;
@@ -477,7 +485,8 @@ void http_stop(http_server *s) {
     /* Suspended stream connections must be resumed before the daemon stops
      * (libmicrohttpd's rule); live_end_all makes each one end its stream. */
     live_end_all(s->live);
-    sqlpool_stop(s->sql); /* the same rule for connections waiting on a worker */
+    sqlproc_group_stop(&s->sqlprocs); /* the queries' processes, so that their workers end now */
+    sqlpool_stop(s->sql);             /* the same rule for connections waiting on a worker */
     sqlpool_stop(s->traces);
     sqlpool_stop(s->analyses);
     reaper_stop(&s->reaper);
@@ -489,6 +498,8 @@ void http_stop(http_server *s) {
     live_free(s->live);
     dbpool_close(&s->pool);
     guard_free(s);
+    sqlproc_group_destroy(&s->sqlprocs);
+    free(s->sql_exe);
     free(s->token);
     free(s);
 }

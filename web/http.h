@@ -49,6 +49,8 @@ typedef struct http_options {
     size_t sql_max_mem;         /* POST /api/sql: what SQLite may allocate for one query; 0 = 256 MiB */
     unsigned sql_workers;       /* POST /api/sql: queries at once, each on a thread of its own; 0 = 2 */
     unsigned sql_queue;         /* POST /api/sql: queries that may wait for a worker, the rest 503; 0 = 64 */
+    const char *sql_exe;        /* POST /api/sql: the pprun that runs each query apart (web/sqlproc.h), copied;
+                                 * NULL = /proc/self/exe, this program (a server in another program names pprun) */
     unsigned live_poll_ms;      /* how often live streams poll the db; 0 = 200 */
     unsigned live_heartbeat_ms; /* keep-alive comment on idle streams; 0 = 10000 */
     unsigned events_scan_budget; /* /events: most events aggregated per bucket, beyond that per step; 0 = 60000 */

@@ -1,14 +1,15 @@
 /* routes_sql.c: POST /api/sql (docs/api.md): a user's read-only query
  * (db/usersql.h) under the server's limits, its result as
- * report_sql_table writes it. The query runs on a worker of the SQL pool
- * (sqlpool.c): it may take its whole time limit. */
+ * report_sql_table writes it. The body is read on a worker of the SQL pool
+ * (sqlpool.c), which runs the query in a process of its own (sqlproc.h)
+ * and waits for it: it may take its whole time limit. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "db/usersql.h"
-#include "report/sql.h"
 #include "web/routes.h"
+#include "web/sqlproc.h"
 
 /* What is wrong with the members of a parsed body (an object), or NULL:
  * a member given twice (cJSON would use the first silently), one that is
@@ -90,34 +91,8 @@ static void sql_query(route_req *q, reply *r) {
         }
         lim.max_rows = (size_t)mr->valuedouble;
     }
-    usersql_result *res;
-    usersql_error why;
-    pp_err err;
-    uint64_t t = pp_now_ns();
-    int rc = usersql_run_on(q->db, sql->valuestring, &lim, &res, &why, &err);
+    sqlproc_run(&q->s->sqlprocs, q->s->sql_exe, q->s->pool.path, sql->valuestring, &lim, r);
     cJSON_Delete(req);
-    if (rc != 0) {
-        int status = why == USERSQL_EDENIED ? 403 : why == USERSQL_ETIMEOUT ? 408 : why == USERSQL_ETOOBIG ? 413
-                     : why == USERSQL_EDB ? 503 : 400;
-        reply_error(r, status, "%s", err.msg);
-        return;
-    }
-    jw w;
-    jw_init(&w);
-    if (report_sql_table(&w, res, o->sql_max_bytes) != 0) {
-        jw_free(&w);
-        usersql_free(res);
-        reply_error(r, 413, "refused: the result is larger than %zu bytes as JSON; add a LIMIT or select fewer columns",
-                    o->sql_max_bytes);
-        return;
-    }
-    /* Splice elapsed time in before the closing brace. */
-    if (!w.oom && w.len > 0) {
-        w.len--;
-        jw_rawf(&w, ",\"elapsed_ms\":%.3f}", (double)(pp_now_ns() - t) / 1e6);
-    }
-    usersql_free(res);
-    reply_json(r, &w);
 }
 
 void route_sql(route_req *q, reply *r) {

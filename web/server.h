@@ -13,6 +13,7 @@
 #include "web/live.h"
 #include "web/reaper.h"
 #include "web/sqlpool.h"
+#include "web/sqlproc.h"
 
 #define HTTP_CODES 600
 
@@ -30,6 +31,8 @@ struct http_server {
     live_hub *live;
     sql_pool *sql, *traces; /* POST /api/sql; GET .../trace.json */
     sql_pool *analyses;     /* the routes whose cost grows with the job (ROUTE_ANALYSIS_POOL) */
+    sqlproc_group sqlprocs; /* POST /api/sql's queries, each in a process of its own */
+    char *sql_exe;          /* the pprun that runs them (http_options.sql_exe) */
     reaper reaper;
     atomic_ullong requests[HTTP_CODES]; /* by status code, for /metrics */
 };

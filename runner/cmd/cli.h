@@ -16,6 +16,7 @@ int cmd_schedule(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_salvage(int argc, char **argv);
+int cmd_serve_query(int argc, char **argv);
 int cmd_checkpoint(int argc, char **argv);
 
 #endif
