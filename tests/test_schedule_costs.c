@@ -270,6 +270,50 @@ Test(schedule_costs, bad_values_exit_2_naming_them, .timeout = 120) {
     fixture_remove(empty);
 }
 
+/* Numbers read from a forged or damaged job are refused before anything
+ * starts, exit 2 naming the database and the job: a W of 2e13 ns was taken
+ * by the launcher and refused by every worker (the job failed, exit 1,
+ * over a --schedule-costs w the user never typed); spans of no time and
+ * bytes that make a stage's B negative were refused as a bad --act-bytes
+ * or zb-v's costs, naming neither. */
+Test(schedule_costs, a_forged_jobs_numbers_exit_2_naming_it, .timeout = 120) {
+    char path[256], forged[256], from[300], cmd[700];
+    fixture_tmp_path(path, sizeof path, "costs-src");
+    fixture_tmp_path(forged, sizeof forged, "costs-forged");
+    lt_proc p = run_job(path, (const char *[]){"--model", TIMED, NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    snprintf(from, sizeof from, "%s:1", forged);
+    const struct {
+        const char *forge, *schedule, *max_mem, *want;
+    } cases[] = {
+        {"UPDATE events SET end_ns = start_ns + 20000000000000 WHERE phase = 'W'", "zb-v", NULL,
+         "measured w: 20000000000000 is out of range; accepted: 0 to 1e+13"},
+        {"UPDATE events SET end_ns = start_ns", "zb-v", NULL, "its F and B took no time (F 0 ns, B 0 ns)"},
+        {"UPDATE events SET bytes = bytes * 1000000000 WHERE phase = 'F'", "zb-h1", "100KiB",
+         "stage 0's bytes are negative or not a number"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s'", path, forged);
+        cr_assert_eq(system(cmd), 0);
+        sqlite3 *f;
+        cr_assert_eq(sqlite3_open(forged, &f), SQLITE_OK);
+        cr_assert_eq(sqlite3_exec(f, cases[i].forge, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(f));
+        sqlite3_close(f);
+        p = run_job(path, (const char *[]){"--model", TIMED, "--schedule", cases[i].schedule, "--schedule-costs", from,
+                                           cases[i].max_mem ? "--max-mem" : NULL, cases[i].max_mem, NULL});
+        cr_expect_eq(p.status, 2, "%s: exit %d\n%s", cases[i].forge, p.status, p.err);
+        char want[600];
+        snprintf(want, sizeof want, "pprun run: --schedule-costs %s: job 1: ", forged);
+        lt_assert_has(p.err, want);
+        lt_assert_has(p.err, cases[i].want);
+        lt_free(&p);
+    }
+    cr_expect_eq(jobs_in(path), 1, "a refused run wrote a job");
+    fixture_remove(path);
+    fixture_remove(forged);
+}
+
 /* --max-mem in bytes with --schedule-costs DB:JOB takes that job's bytes
  * per stage: a job that recomputed otherwise (--recompute, or on other
  * --recompute-stages) or split its layers otherwise (--pipeline-cuts) held

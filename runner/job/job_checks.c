@@ -3,6 +3,7 @@
 #include "runner/job/job_checks.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,27 @@ static int check_cuda(run_job *job, pp_err *err) {
 #endif
 }
 
+/* The numbers read from a job's trace as the workers will take them (they
+ * get the costs as text, parsed by the rule a user's text is): a forged or
+ * damaged database's span of 2e13 ns was taken here and refused by every
+ * worker, the job failed over numbers the user never typed. Named with the
+ * job they came from. */
+static int measured_costs_check(const run_job *job, pp_err *err) {
+    const run_config *cfg = &job->cfg;
+    char text[256];
+    sched_costs back = {0};
+    sched_costs_text(&cfg->schedule_costs, text, sizeof text);
+    if (sched_parse_costs(text, "measured", &back, err) != 0) return pp_wrap(err, "%s", job->costs_about);
+    if (!(back.f > 0 && back.b > 0))
+        return pp_fail(err, "%s: its F and B took no time (F %g ns, B %g ns): the database is damaged or was not "
+                            "written by pprun", job->costs_about, back.f, back.b);
+    for (int i = 0; i < cfg->nact && job->act_about[0]; i++)
+        if (!(cfg->act[i].f >= 0 && cfg->act[i].b >= 0 && isfinite(cfg->act[i].f) && isfinite(cfg->act[i].b)))
+            return pp_fail(err, "%s: stage %d's bytes are negative or not a number (F %g, B %g): the database is "
+                                "damaged or was not written by pprun", job->act_about, i, cfg->act[i].f, cfg->act[i].b);
+    return 0;
+}
+
 /* --schedule-costs DB[:JOB]: a job's measured op costs, read once here, so
  * that every worker builds the same order from the same numbers (they get
  * them as --schedule-costs f=..,b=..,w=..,comm=..). */
@@ -253,6 +275,7 @@ static int read_schedule_costs(run_job *job, int world, pp_err *err) {
         if (rc == 0) cfg->nact = world * v;
     }
     db_reader_close(sql);
+    if (rc == 0) rc = measured_costs_check(job, err);
     if (rc != 0) return pp_wrap(err, "--schedule-costs %s", path);
     cfg->has_schedule_costs = 1;
     return 0;
