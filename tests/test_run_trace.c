@@ -576,6 +576,42 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
     sqlite3_close(d);
 }
 
+/* SIGTERM while the launcher writes its database (the file just made, a
+ * plan of 4,096 microbatches still to write): it killed the launcher,
+ * its job left `running` (read as lost) or its database without a schema.
+ * The stop is held from the first write until the supervisor's handlers
+ * are in place, which act on it: exit 143, the job `stopped`. */
+Test(run_trace, a_job_stopped_while_its_database_is_written_is_recorded_stopped) {
+    char db[512], errpath[512];
+    snprintf(db, sizeof db, "%s/early.db", tmpdir);
+    snprintf(errpath, sizeof errpath, "%s/early-stderr.txt", tmpdir);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY), fe = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1), dup2(fe, 2);
+        execl(PPRUN_BIN, PPRUN_BIN, "run", "--db", db, "--steps", "3", "--progress", "off", "--microbatches", "4096",
+              "--schedule", "zb-v", "--model", TIMED, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 30000 && access(db, F_OK) != 0; i++) usleep(1000);
+    cr_assert_eq(access(db, F_OK), 0, "no database after 30 s");
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    char said[4096] = "";
+    FILE *ef = fopen(errpath, "r");
+    cr_assert_not_null(ef);
+    said[fread(said, 1, sizeof said - 1, ef)] = '\0';
+    fclose(ef);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 143, "pprun run %s %d:\n%s", WIFEXITED(st) ? "exited" : "died of",
+              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), said);
+    sqlite3 *d = open_db("early.db");
+    cr_assert_eq(tfix_q_intf(d, "SELECT count(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143"), 1);
+    assert_integrity_ok(d);
+    sqlite3_close(d);
+}
+
 /* SIGTERM to a worker alone, from outside pprun (kill), while the
  * launcher got none: not a stop (scancel signals the launcher too,
  * test_slurm), but that rank's failure: exit 1, `failed` in the database

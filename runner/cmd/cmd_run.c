@@ -16,6 +16,7 @@
  * through libpprun_trace (tracer/pprun_trace.h, docs/trace-api.md), or, for
  * PyTorch's pipelining, through pprun's Python package (docs/torch.md). Such
  * a job has no step bound: the program runs as many steps as it likes. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -69,23 +70,26 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
 
-    int exit_code = 2;
-    if (open_outputs(&job) == 0) {
-        /* zeroed: the guard's will is told end's fields (trace_err among
-         * them) before job_tracing_stop fills them */
-        job_outcome end = {0};
-        job_attempts_run(&job, &end);
-        job_mps_stop(&job.mps); /* the workers are gone: so is the daemon, before the job's end is written */
-        job_tracing_stop(&job, &end);
-        /* The ranks' output that did not all reach standard output (a
-         * closed pipe, a full disk) makes main exit 1 (check_stdout): the
-         * job's row says the same exit status. */
-        if (end.exit_code == 0 && (fflush(stdout) != 0 || ferror(stdout))) end.exit_code = 1;
-        job_rows_finish(&job, &end);
-        job_attempts_release(&job, &end); /* the end is recorded: a stop signal may act again */
-        job_serve_until_interrupt(&job, &end);
-        exit_code = end.exit_code;
+    job_attempts_hold(&job); /* a stop signal from here on stops the job, recorded */
+    /* zeroed: the guard's will is told end's fields (trace_err among them)
+     * before job_tracing_stop fills them */
+    job_outcome end = {0};
+    if (open_outputs(&job) != 0) {
+        job_attempts_release(&job, &end);
+        job_free(&job);
+        if (end.late_signal) raise(end.late_signal); /* nothing was written: it acts as it would have */
+        return 2;
     }
+    job_attempts_run(&job, &end);
+    job_mps_stop(&job.mps); /* the workers are gone: so is the daemon, before the job's end is written */
+    job_tracing_stop(&job, &end);
+    /* The ranks' output that did not all reach standard output (a closed
+     * pipe, a full disk) makes main exit 1 (check_stdout): the job's row
+     * says the same exit status. */
+    if (end.exit_code == 0 && (fflush(stdout) != 0 || ferror(stdout))) end.exit_code = 1;
+    job_rows_finish(&job, &end);
+    job_attempts_release(&job, &end); /* the end is recorded: a stop signal may act again */
+    job_serve_until_interrupt(&job, &end);
     job_free(&job);
-    return exit_code;
+    return end.exit_code;
 }

@@ -65,7 +65,7 @@ typedef struct run_job {
     pid_t rank_pids[LAUNCH_MAX_NPROC]; /* this node's ranks, latest attempt (the started hook) */
     launch_guard *guard;   /* outlives a SIGKILLed launcher: kills the ranks, then records the job's end */
     job_mps mps;           /* --device cuda: the MPS daemon of this node's ranks, when they share a GPU */
-    int late_holding; /* job_attempts_run holds the stop signals until job_attempts_release (job_signals.h) */
+    int late_holding; /* job_attempts_hold holds the stop signals until job_attempts_release (job_signals.h) */
 } run_job;
 
 /* How the workers' attempts ended (job_attempts_run), and the trace with

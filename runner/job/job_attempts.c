@@ -23,7 +23,7 @@
 static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     run_job *job = ctx;
     if (info->attempt == 0) {
-        /* a stop signal held (while MPS started, or since job_attempts_run)
+        /* a stop signal held (while MPS started, or since job_attempts_hold)
          * before launch_job's own handlers were in place: theirs now */
         int sig = job_signals_take();
         if (sig) raise(sig);
@@ -135,6 +135,11 @@ static void note_injected(const run_job *job, launch_result *res) {
     snprintf(lf->injected, sizeof lf->injected, "--fail-at %s", f->text); /* as given: its phase and mb too */
 }
 
+void job_attempts_hold(run_job *job) {
+    job_signals_hold();
+    job->late_holding = 1;
+}
+
 void job_attempts_release(run_job *job, job_outcome *end) {
     if (!job->late_holding) return;
     job_signals_release();
@@ -156,9 +161,9 @@ void job_attempts_run(run_job *job, job_outcome *end) {
      * not yet recorded. Under scancel a launcher often gets its SIGTERM
      * only then (another node's stop ended the job here first), and acted
      * on at once it killed the launcher before the job's end reached the
-     * database (its guard recorded a killed launcher instead). Held from
-     * here (launch_job's own handlers take over while it runs) until
-     * job_attempts_release. */
+     * database (its guard recorded a killed launcher instead). Held since
+     * job_attempts_hold (launch_job's own handlers take over while it runs)
+     * until job_attempts_release. */
     /* Each node read its own --schedule csv:FILE: one whose file differs
      * (a node-local path, a file edited while the job starts) would run
      * another schedule than its peers. The nodes agree on its digest before
@@ -170,8 +175,6 @@ void job_attempts_run(run_job *job, job_outcome *end) {
         hooks.agree = digest;
         hooks.agree_what = what;
     }
-    job_signals_hold();
-    job->late_holding = 1;
     end->launch_rc = launch_job(&job->lo, &hooks, &end->res, &end->launch_err);
     end->exit_code = end->res.exit_code;
     if (end->launch_rc == 0) note_injected(job, &end->res);

@@ -12,13 +12,21 @@
 #define PP_JOB_ATTEMPTS_H
 #include "runner/job/job.h"
 
+/* From the job's first write on (its database, its rows, its plan),
+ * SIGINT, SIGTERM and SIGHUP are held, noted and not acted on, until the
+ * first attempt's supervisor has its own handlers in place, which then
+ * act on one that came (the job stops there, recorded `stopped`): a Ctrl-C
+ * while a large plan was written killed the launcher, its job left
+ * `running` (read as lost), or a database without its schema. After the
+ * attempts they are held again, until job_attempts_release: the workers
+ * are gone, and the job's end is still to be recorded. */
+void job_attempts_hold(run_job *job);
 /* Runs every attempt to the job's outcome, into *end, and says on stderr
- * how it ended unless it succeeded. From then on SIGINT, SIGTERM and SIGHUP
- * are held, not acted on, until job_attempts_release: the workers are
- * gone, and the job's end is still to be recorded. */
+ * how it ended unless it succeeded. */
 void job_attempts_run(run_job *job, job_outcome *end);
-/* Once the job's end is recorded: the stop signals act again as before
- * job_attempts_run; one that came meanwhile is end->late_signal. */
+/* Once the job's end is recorded, or no job was written: the stop signals
+ * act again as before job_attempts_hold; one that came meanwhile is
+ * end->late_signal. */
 void job_attempts_release(run_job *job, job_outcome *end);
 
 #endif
