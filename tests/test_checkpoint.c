@@ -737,6 +737,42 @@ Test(checkpoint_run, another_model_is_refused_before_launch_naming_both, .timeou
     }
 }
 
+/* A unit's bytes damaged, in the step --resume takes and in a merged
+ * --init-from file: refused before any worker starts, exit 2 naming the
+ * file and the unit (the launcher read the headers only: the job started,
+ * every rank that loads the unit failed, exit 1, and each restart again). */
+Test(checkpoint_run, a_damaged_checkpoint_is_refused_before_launch, .timeout = 300) {
+    char d[512], *out = NULL;
+    snprintf(d, sizeof d, "%s", tfix_mkdir("damaged"));
+    int rc = sh(&out, RUN "--nproc-per-node 2 --steps 2 --checkpoint-dir %s/ck", PPRUN_BIN, d);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    cr_assert_eq(sh(&out, "%s checkpoint merge %s/ck --out %s/m.ckpt", PPRUN_BIN, d, d), 0, "%s", out);
+    free(out);
+    rc = sh(&out,
+            "for f in %s/ck/step_1/stage_1.ckpt %s/m.ckpt; do head -c 64 /dev/urandom | dd of=$f bs=1 "
+            "seek=$(($(stat -c %%s $f) / 2)) conv=notrunc 2>/dev/null || exit 1; done",
+            d, d);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    static const struct {
+        const char *args, *file;
+    } how[] = {{"--checkpoint-dir %s/ck --resume --max-restarts 2", "ck/step_1/stage_1.ckpt: unit "},
+               {"--init-from %s/m.ckpt", "m.ckpt: unit "}};
+    for (int i = 0; i < 2; i++) {
+        char args[512];
+        snprintf(args, sizeof args, how[i].args, d);
+        rc = sh(&out, RUN "--nproc-per-node 2 --steps 4 %s --log-dir %s/logs%d", PPRUN_BIN, args, d, i);
+        cr_assert_eq(rc, 2, "%s: exit %d\n%s", args, rc, out);
+        cr_assert(strstr(out, how[i].file) && strstr(out, "fails its checksum (the file is corrupted)"), "%s: %s",
+                  args, out);
+        free(out);
+        char logs[600];
+        snprintf(logs, sizeof logs, "%s/logs%d", d, i);
+        cr_assert_neq(access(logs, F_OK), 0, "%s: workers were started (%s exists)", args, logs);
+    }
+}
+
 Test(checkpoint_run, merge_refuses_bad_input_with_exit_2, .timeout = 300) {
     char d[512], *out = NULL;
     snprintf(d, sizeof d, "%s", tfix_mkdir("merge"));

@@ -285,3 +285,26 @@ Test(disk_full, a_database_whose_folder_is_deleted_mid_job_fails_saying_so) {
     cr_assert_null(strstr(p.err, "more: pprun stats"), "%s", p.err);
     lt_free(&p);
 }
+
+/* A checkpoint that does not fit the disk: the job fails naming the stage
+ * file and the system's error (it said "checkpoint save: write failed
+ * (disk full?)", naming no file), and leaves no temporary file. */
+Test(disk_full, a_checkpoint_that_fills_the_disk_names_its_file) {
+    const char *mnt = tfix_mkdir("ckmnt");
+    char out[512];
+    snprintf(out, sizeof out, "%s", tfix_mkdir("ckout"));
+    need_tmpfs(mnt);
+    int rc = sh("unshare -m sh -c 'mount -t tmpfs -o size=1m tmpfs %s && "
+                "%s run --trace off --steps 2 --nproc-per-node 1 --model gpt:layers=4,dim=64,heads=2,seq=16,batch=2 "
+                "--progress off --checkpoint-dir %s/ck >%s/out.txt 2>%s/err.txt; echo $? >%s/rc.txt; "
+                "ls -A %s/ck/step_1 >%s/left.txt 2>&1'",
+                mnt, PPRUN_BIN, mnt, out, out, out, mnt, out);
+    cr_assert_eq(rc, 0);
+    const char *err = slurp(out, "err.txt");
+    cr_assert_str_eq(slurp(out, "rc.txt"), "1\n", "%s", err);
+    char want[600];
+    snprintf(want, sizeof want, "%s/ck/step_1/stage_0.ckpt: checkpoint save: write failed: No space left on device",
+             mnt);
+    cr_assert(strstr(err, want), "want '%s' in\n%s", want, err);
+    cr_assert_str_eq(slurp(out, "left.txt"), "", "a temporary file stays");
+}

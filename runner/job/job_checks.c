@@ -143,7 +143,9 @@ static int fail_at_not_before(const run_job *job, int start, const char *from, p
 }
 
 /* --resume: the checkpoint must be there, whole (the stage files of its
- * step, of whatever layout, as the workers will read them), of this job's
+ * step, of whatever layout, as the workers will read them), every unit
+ * passing its checksum (a damaged one failed every rank that loads it,
+ * once the job had started, and again at each restart), of this job's
  * model, and leave steps to run. */
 static int check_resume(run_job *job, pp_err *err) {
     const run_config *cfg = &job->cfg;
@@ -154,6 +156,7 @@ static int check_resume(run_job *job, pp_err *err) {
     model_ckpt *ckpt;
     if (checkpoint_dir_open(cfg->checkpoint_dir, step, writer, &ckpt, err) != 0) return pp_wrap(err, "--resume");
     int rc = model_ckpt_check(ckpt, &cfg->model, err);
+    if (rc == 0) rc = model_ckpt_verify(ckpt, err);
     model_ckpt_free(ckpt);
     if (rc != 0) return pp_wrap(err, "--resume: %s/step_%d", cfg->checkpoint_dir, step);
     if (step + 1 >= cfg->steps)
@@ -165,14 +168,15 @@ static int check_resume(run_job *job, pp_err *err) {
     return fail_at_not_before(job, step + 1, "--resume", err);
 }
 
-/* --init-from FILE: a whole checkpoint of this job's model that leaves
- * steps to run. */
+/* --init-from FILE: a whole checkpoint of this job's model, every unit
+ * passing its checksum, that leaves steps to run. */
 static int check_init_from(run_job *job, pp_err *err) {
     const run_config *cfg = &job->cfg;
     model_ckpt *ckpt;
     if (model_ckpt_create(&ckpt, err) != 0) return -1;
     int rc = model_ckpt_add_file(ckpt, cfg->init_from, err);
     if (rc == 0) rc = model_ckpt_check(ckpt, &cfg->model, err);
+    if (rc == 0) rc = model_ckpt_verify(ckpt, err);
     int done = rc == 0 ? model_ckpt_steps_done(ckpt) : 0;
     model_ckpt_free(ckpt);
     if (rc != 0) return pp_wrap(err, "--init-from %s", cfg->init_from);

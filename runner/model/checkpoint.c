@@ -121,7 +121,7 @@ static int idle(const model_stage *s, const char *what, pp_err *err) {
 }
 
 static int write_all(FILE *f, const void *p, size_t size, size_t n, pp_err *err) {
-    if (n && fwrite(p, size, n, f) != n) return pp_fail(err, "checkpoint save: write failed (disk full?)");
+    if (n && fwrite(p, size, n, f) != n) return pp_fail(err, "checkpoint save: write failed: %s", strerror(errno));
     return 0;
 }
 
@@ -178,7 +178,7 @@ int model_stage_save_as(const model_stage *s, const model_ckpt_tag *tag, FILE *f
             return -1;
         at += c;
     }
-    if (fflush(f) != 0) return pp_fail(err, "checkpoint save: write failed (disk full?)");
+    if (fflush(f) != 0) return pp_fail(err, "checkpoint save: write failed: %s", strerror(errno));
     return 0;
 }
 
@@ -505,6 +505,18 @@ static int read_unit(model_ckpt *c, int u, float *dst, pp_err *err) {
 
 static uint64_t unit_sum(const float *p, size_t n) { return fnv(FNV_START, p, sizeof(float) * 3 * n); }
 
+int model_ckpt_verify(model_ckpt *c, pp_err *err) {
+    int n = c->units ? c->next : 0;
+    uint64_t most = 1;
+    for (int u = 0; u < n; u++)
+        if (c->units[u].count > most) most = c->units[u].count;
+    float *unit = malloc(sizeof(float) * 3 * (size_t)most);
+    int rc = unit ? 0 : pp_fail(err, "checkpoint: out of memory");
+    for (int u = 0; rc == 0 && u < n; u++) rc = read_unit(c, u, unit, err);
+    free(unit);
+    return rc;
+}
+
 int model_stage_load_from(model_stage *s, model_ckpt *c, pp_err *err) {
     if (idle(s, "load", err) != 0) return -1;
     char spec[256];
@@ -639,7 +651,7 @@ int model_ckpt_write(model_ckpt *c, FILE *f, pp_err *err) {
             }
         }
     }
-    if (rc == 0 && fflush(f) != 0) rc = pp_fail(err, "checkpoint: write failed (disk full?)");
+    if (rc == 0 && fflush(f) != 0) rc = pp_fail(err, "checkpoint: write failed: %s", strerror(errno));
     free(unit);
     free(table);
     return rc;

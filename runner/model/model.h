@@ -203,6 +203,10 @@ size_t model_ckpt_weight_count(const model_ckpt *ckpt);
 /* 0 when the set is complete and of the model `spec`; else -1 naming both
  * models, or the first unit missing. */
 int model_ckpt_check(const model_ckpt *ckpt, const model_spec *spec, pp_err *err);
+/* Every unit of the set read and checked against its checksum (the whole
+ * set read once): 0, or -1 naming the file and the first unit that is
+ * truncated or corrupted. The launcher's check before a job starts. */
+int model_ckpt_verify(model_ckpt *ckpt, pp_err *err);
 /* The stage's units from the set (each checked against its checksum),
  * AdamW moments and steps done included: a job continues bit for bit. A
  * refused load changes nothing. */

@@ -380,7 +380,7 @@ static int save_stage(engine *e, int step, int s, const char *path, pp_err *err)
     model_ckpt_tag tag = {s, e->plan->stages, e->run_id};
     if (rc == 0 && model_stage_save_as(ms, &tag, out.f, err) != 0) {
         file_output_abort(&out);
-        rc = -1;
+        rc = pp_wrap(err, "%s", path); /* the model's write knows its stream only */
     } else if (rc == 0) {
         rc = file_output_commit(&out, err);
     }
