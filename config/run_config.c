@@ -439,7 +439,7 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         uint64_t ns;
         rc = pp_parse_seconds_ns(value, opt, &ns, err);
         if (rc == 0 && (ns < 1000000 || ns > 86400ull * 1000000000ull))
-            rc = pp_fail(err, "--recv-timeout: accepted: 1ms to 24h, got '%s'", value);
+            rc = pp_fail(err, "--recv-timeout: accepted: 1ms to 86400s (a day), got '%s'", value);
         if (rc == 0) cfg->recv_timeout_ms = (int)(ns / 1000000);
     } else if (strcmp(opt, "--transport") == 0) {
         if ((rc = parse_name(transport_names, opt, value, &v, err)) == 0) cfg->transport = (run_transport)v;
