@@ -581,17 +581,24 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
  * its job left `running` (read as lost) or its database without a schema.
  * The stop is held from the first write until the supervisor's handlers
  * are in place, which act on it: exit 143, the job `stopped`. */
-Test(run_trace, a_job_stopped_while_its_database_is_written_is_recorded_stopped) {
-    char db[512], errpath[512];
-    snprintf(db, sizeof db, "%s/early.db", tmpdir);
-    snprintf(errpath, sizeof errpath, "%s/early-stderr.txt", tmpdir);
+static void stop_while_the_database_is_written(const char *name, int nodes) {
+    char db[512], errpath[512], port[16];
+    snprintf(db, sizeof db, "%s/%s.db", tmpdir, name);
+    snprintf(errpath, sizeof errpath, "%s/%s-stderr.txt", tmpdir, name);
+    snprintf(port, sizeof port, "%d", lt_free_port());
     pid_t pid = fork();
     cr_assert_neq(pid, -1);
     if (pid == 0) {
         int fd = open("/dev/null", O_WRONLY), fe = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1), dup2(fe, 2);
-        execl(PPRUN_BIN, PPRUN_BIN, "run", "--db", db, "--steps", "3", "--progress", "off", "--microbatches", "4096",
-              "--schedule", "zb-v", "--model", TIMED, (char *)NULL);
+        if (nodes == 1)
+            execl(PPRUN_BIN, PPRUN_BIN, "run", "--db", db, "--steps", "3", "--progress", "off", "--microbatches",
+                  "4096", "--schedule", "zb-v", "--model", TIMED, (char *)NULL);
+        else /* node 0 of 2, alone: the rendezvous would wait 60 s for node 1 */
+            execl(PPRUN_BIN, PPRUN_BIN, "run", "--db", db, "--steps", "3", "--progress", "off", "--microbatches",
+                  "4096", "--schedule", "zb-v", "--model", TIMED, "--nnodes", "2", "--node-rank", "0",
+                  "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout",
+                  "60", (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 30000 && access(db, F_OK) != 0; i++) usleep(1000);
@@ -606,10 +613,23 @@ Test(run_trace, a_job_stopped_while_its_database_is_written_is_recorded_stopped)
     fclose(ef);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 143, "pprun run %s %d:\n%s", WIFEXITED(st) ? "exited" : "died of",
               WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), said);
-    sqlite3 *d = open_db("early.db");
+    char file[64];
+    snprintf(file, sizeof file, "%s.db", name);
+    sqlite3 *d = open_db(file);
     cr_assert_eq(tfix_q_intf(d, "SELECT count(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143"), 1);
     assert_integrity_ok(d);
     sqlite3_close(d);
+}
+
+Test(run_trace, a_job_stopped_while_its_database_is_written_is_recorded_stopped) {
+    stop_while_the_database_is_written("early", 1);
+}
+
+/* The same on node 0 of two, before node 1 came: the held stop is acted
+ * on before the rendezvous (it waited the rendezvous out, 60 s here, and
+ * the job then failed on its timeout, exit 1, the stop lost). */
+Test(run_trace, a_held_stop_is_acted_on_before_the_rendezvous) {
+    stop_while_the_database_is_written("early2", 2);
 }
 
 /* SIGTERM to a worker alone, from outside pprun (kill), while the

@@ -1026,6 +1026,25 @@ Test(web, a_query_whose_process_dies_is_its_500_and_the_server_goes_on) {
     webclient_free(&r);
 }
 
+/* Inside `pprun run --serve` a query runs on its worker's thread (the
+ * launcher owns every child of its process), and answers as one run apart
+ * does: its rows with the time it took, a refusal with its status. */
+Test(web, a_query_on_the_servers_own_thread_answers_as_one_run_apart) {
+    for (int in_thread = 0; in_thread < 2; in_thread++) {
+        restart_with((http_options){.conn_timeout_s = 2, .sql_in_thread = in_thread});
+        webclient_resp r = post_sql("{\"sql\": \"SELECT count(*) AS n FROM jobs\"}");
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        cr_assert(strstr(r.body, "\"columns\":[\"n\"]") && strstr(r.body, "\"rows\":[[1]]") &&
+                      strstr(r.body, ",\"elapsed_ms\":"),
+                  "in_thread %d: %s", in_thread, r.body);
+        webclient_free(&r);
+        r = post_sql("{\"sql\": \"DELETE FROM events\"}");
+        cr_assert(r.status == 403 && strstr(r.body, "refused: DELETE events"), "in_thread %d: %d %s", in_thread,
+                  r.status, r.body);
+        webclient_free(&r);
+    }
+}
+
 Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {
     webclient_resp r = post_sql("{\"sql\": \"SELECT phase, count(*) AS n FROM events WHERE step=0 AND phase IN ('F','B','W') GROUP BY phase ORDER BY phase\"}");
     cr_assert_eq(r.status, 200, "%s", r.body);

@@ -1,8 +1,9 @@
 /* routes_sql.c: POST /api/sql (docs/api.md): a user's read-only query
  * (db/usersql.h) under the server's limits, its result as
  * report_sql_table writes it. The body is read on a worker of the SQL pool
- * (sqlpool.c), which runs the query in a process of its own (sqlproc.h)
- * and waits for it: it may take its whole time limit. */
+ * (sqlpool.c), which runs the query in a process of its own (sqlproc.h;
+ * on its own thread inside `pprun run --serve`) and waits for it: it may
+ * take its whole time limit. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -91,7 +92,8 @@ static void sql_query(route_req *q, reply *r) {
         }
         lim.max_rows = (size_t)mr->valuedouble;
     }
-    sqlproc_run(&q->s->sqlprocs, q->s->sql_exe, q->s->pool.path, sql->valuestring, &lim, r);
+    if (o->sql_in_thread) sqlproc_run_here(q->db, sql->valuestring, &lim, r);
+    else sqlproc_run(&q->s->sqlprocs, q->s->sql_exe, q->s->pool.path, sql->valuestring, &lim, r);
     cJSON_Delete(req);
 }
 

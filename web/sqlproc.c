@@ -22,6 +22,63 @@ extern char **environ;
 #define SQLPROC_GRACE_NS 1000000000ull /* past the time limit: the child's start, and its own 408 */
 #define SQLPROC_SQL_MAX (1u << 20)     /* the SQL the child reads, as user connections take it */
 
+/* ---- the query and its answer, wherever it runs ---------------------------- */
+
+/* The HTTP status of a query's failure. */
+static int status_of(usersql_error why) {
+    return why == USERSQL_EDENIED ? 403 : why == USERSQL_ETIMEOUT ? 408 : why == USERSQL_ETOOBIG ? 413
+           : why == USERSQL_EDB ? 503 : 400;
+}
+
+/* Runs sql on db (NULL: opens db_path) and puts its answer in *out: the
+ * result as report_sql_table writes it (200) or the refusal's message.
+ * Returns the status. */
+static int run_query(sqlite3 *db, const char *db_path, const char *sql, const usersql_limits *lim, jw *out) {
+    usersql_result *res;
+    usersql_error why;
+    pp_err err;
+    int rc = db ? usersql_run_on(db, sql, lim, &res, &why, &err) : usersql_run(db_path, sql, lim, &res, &why, &err);
+    if (rc != 0) {
+        jw_raw(out, err.msg, strlen(err.msg));
+        return status_of(why);
+    }
+    int too_big = report_sql_table(out, res, lim->max_bytes) != 0;
+    usersql_free(res);
+    if (!too_big && !out->oom) return 200;
+    int oom = !too_big;
+    jw_free(out);
+    jw_init(out);
+    jw_rawf(out,
+            oom ? "out of memory writing the result (%zu bytes at most)"
+                : "refused: the result is larger than %zu bytes as JSON; add a LIMIT or select fewer columns",
+            lim->max_bytes);
+    return oom ? 500 : 413;
+}
+
+/* The reply of an answer: an error's message as reply_error writes it, a
+ * result with the time it took spliced in before its closing brace. */
+static void reply_answer(int status, const char *text, size_t len, uint64_t t0, reply *r) {
+    if (status != 200) {
+        reply_error(r, status, "%.*s", (int)len, text);
+        return;
+    }
+    jw w;
+    jw_init(&w);
+    jw_raw(&w, text, len - 1);
+    jw_rawf(&w, ",\"elapsed_ms\":%.3f}", (double)(pp_now_ns() - t0) / 1e6);
+    reply_json(r, &w);
+}
+
+void sqlproc_run_here(sqlite3 *db, const char *sql, const usersql_limits *lim, reply *r) {
+    uint64_t t0 = pp_now_ns();
+    jw w;
+    jw_init(&w);
+    int status = run_query(db, NULL, sql, lim, &w);
+    if (w.oom) reply_error(r, 500, "out of memory");
+    else reply_answer(status, w.buf, w.len, t0, r);
+    jw_free(&w);
+}
+
 /* ---- the server's end ------------------------------------------------------ */
 
 /* Writes all of buf to fd; a child gone before reading it is EPIPE, not
@@ -121,7 +178,10 @@ static pid_t spawn_child(const char *exe, const char *db_path, const usersql_lim
     sigfillset(&all);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &all);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    /* a group of its own: the terminal's Ctrl-C is the server's to act on
+     * (it stops the server, which kills its queries), not a query's crash */
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
     pid_t pid;
     int rc = posix_spawn(&pid, exe, &fa, &at, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -194,15 +254,21 @@ void sqlproc_run(sqlproc_group *g, const char *exe, const char *db_path, const c
     size_t len;
     int late = read_answer(from_child, deadline, lim->max_bytes + 4096, &out, &len);
     close(from_child);
-    if (late) kill(pid, SIGKILL);
+    if (late || !out) kill(pid, SIGKILL);
     group_remove(g, place);
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    /* Its status, where this server may reap it (a SIGCHLD the program
+     * ignores reaps it for us: ECHILD, the status unknown; the answer's
+     * length still says whether it is whole). */
+    int st = 0, known;
+    while ((known = waitpid(pid, &st, 0) == pid) == 0 && errno == EINTR) {
     }
     pthread_mutex_lock(&g->mu);
     stopping = stopping || g->stopping;
     pthread_mutex_unlock(&g->mu);
     int status = 0, at = 0;
+    size_t body = 0;
+    int whole = out && sscanf(out, "%3d %zu\n%n", &status, &body, &at) == 2 && at > 0 && status >= 200 &&
+                status <= 599 && body == len - (size_t)at && (status != 200 || (body > 0 && out[len - 1] == '}'));
     if (stopping) {
         reply_error(r, 503, "the server is stopping");
     } else if (late == 1) {
@@ -214,42 +280,21 @@ void sqlproc_run(sqlproc_group *g, const char *exe, const char *db_path, const c
         reply_error(r, 500, "out of memory");
     } else if (late == 2) {
         reply_error(r, 500, "the query's process wrote more than %zu bytes: stopped", lim->max_bytes + 4096);
-    } else if (WIFSIGNALED(st)) {
+    } else if (known && WIFSIGNALED(st)) {
         const char *name = sigabbrev_np(WTERMSIG(st)); /* strsignal's text may be a shared buffer */
         reply_error(r, 500,
                     "the query's process died of signal %d (SIG%s): SQLite could not run it; the server goes on",
                     WTERMSIG(st), name ? name : "?");
-    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || sscanf(out, "%3d\n%n", &status, &at) != 1 || at == 0 ||
-               status < 200 || status > 599) {
-        reply_error(r, 500, "the query's process ended without an answer (exit %d)",
-                    WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-    } else if (status != 200) {
-        reply_error(r, status, "%s", out + at);
-    } else if (len <= (size_t)at || out[len - 1] != '}') {
-        reply_error(r, 500, "the query's process answered 200 without a result");
+    } else if (!whole || (known && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))) {
+        reply_error(r, 500, "the query's process ended without a whole answer (exit %d)",
+                    known && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     } else {
-        jw w;
-        jw_init(&w);
-        jw_raw(&w, out + at, len - (size_t)at - 1); /* its closing brace: elapsed_ms goes before it */
-        jw_rawf(&w, ",\"elapsed_ms\":%.3f}", (double)(pp_now_ns() - t0) / 1e6);
-        reply_json(r, &w);
+        reply_answer(status, out + at, body, t0, r);
     }
     free(out);
 }
 
 /* ---- the child's end --------------------------------------------------------- */
-
-/* The HTTP status of a query's failure. */
-static int status_of(usersql_error why) {
-    return why == USERSQL_EDENIED ? 403 : why == USERSQL_ETIMEOUT ? 408 : why == USERSQL_ETOOBIG ? 413
-           : why == USERSQL_EDB ? 503 : 400;
-}
-
-static int answer(int status, const char *body, size_t len) {
-    printf("%d\n", status);
-    fwrite(body, 1, len, stdout);
-    return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
-}
 
 int sqlproc_child_main(int argc, char **argv) {
     if (argc != 7) {
@@ -264,35 +309,32 @@ int sqlproc_child_main(int argc, char **argv) {
                           .max_rows = strtoull(argv[4], NULL, 10),
                           .max_bytes = strtoull(argv[5], NULL, 10),
                           .max_mem = strtoull(argv[6], NULL, 10)};
-    char *sql = malloc(SQLPROC_SQL_MAX + 1);
-    size_t n = sql ? fread(sql, 1, SQLPROC_SQL_MAX + 1, stdin) : 0;
-    if (!sql) return answer(500, "out of memory", 13);
-    if (n > SQLPROC_SQL_MAX) {
-        free(sql);
-        const char *msg = "refused: the SQL is longer than 1 MiB";
-        return answer(413, msg, strlen(msg));
-    }
-    sql[n] = 0;
-    usersql_result *res;
-    usersql_error why;
-    pp_err err;
-    int rc = usersql_run(argv[1], sql, &lim, &res, &why, &err);
-    free(sql);
-    if (rc != 0) return answer(status_of(why), err.msg, strlen(err.msg));
     jw w;
     jw_init(&w);
-    int too_big = report_sql_table(&w, res, lim.max_bytes) != 0;
-    usersql_free(res);
-    if (too_big || w.oom) {
-        jw_free(&w);
-        char msg[160];
-        snprintf(msg, sizeof msg,
-                 too_big ? "refused: the result is larger than %zu bytes as JSON; add a LIMIT or select fewer columns"
-                         : "out of memory writing the result (%zu bytes at most)",
-                 lim.max_bytes);
-        return answer(too_big ? 413 : 500, msg, strlen(msg));
+    int status;
+    char *sql = malloc(SQLPROC_SQL_MAX + 1);
+    size_t n = sql ? fread(sql, 1, SQLPROC_SQL_MAX + 1, stdin) : 0;
+    if (!sql) {
+        status = 500;
+        jw_rawf(&w, "out of memory");
+    } else if (n > SQLPROC_SQL_MAX) {
+        status = 413;
+        jw_rawf(&w, "refused: the SQL is longer than %u bytes", SQLPROC_SQL_MAX);
+    } else {
+        sql[n] = 0;
+        status = run_query(NULL, argv[1], sql, &lim, &w);
     }
-    rc = answer(200, w.buf, w.len);
+    free(sql);
+    if (w.oom) {
+        jw_free(&w);
+        jw_init(&w);
+        status = 500;
+        jw_rawf(&w, "out of memory");
+    }
+    /* its length first: the server takes a whole answer only, whether or
+     * not it learns how this process ended */
+    printf("%d %zu\n", status, w.len);
+    fwrite(w.buf, 1, w.len, stdout);
     jw_free(&w);
-    return rc;
+    return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
 }

@@ -12,12 +12,13 @@
  *
  * Both ends are here, so that the protocol between them is in one file:
  * the server writes the SQL to the child's standard input; the child
- * answers on its standard output with the HTTP status on the first line
- * and, after it, the body (200: the result as report_sql_table writes it)
- * or the error's message. */
+ * answers on its standard output with the HTTP status and the answer's
+ * length on the first line and, after it, the answer: the body (200: the
+ * result as report_sql_table writes it) or the error's message. */
 #ifndef PP_WEB_SQLPROC_H
 #define PP_WEB_SQLPROC_H
 #include <pthread.h>
+#include <sqlite3.h>
 #include <sys/types.h>
 
 #include "db/usersql.h"
@@ -47,6 +48,13 @@ void sqlproc_group_destroy(sqlproc_group *g);
  * started, a 503 when g is stopping. */
 void sqlproc_run(sqlproc_group *g, const char *exe, const char *db_path, const char *sql, const usersql_limits *lim,
                  reply *r);
+
+/* The same query run on this thread over db (a connection of the server's
+ * pool), the same answer: for a server inside `pprun run --serve`, whose
+ * launcher reaps every child of its process and ends them with the job's
+ * attempts (runner/launch/launch.h), so that a query's process would be
+ * taken by it. */
+void sqlproc_run_here(sqlite3 *db, const char *sql, const usersql_limits *lim, reply *r);
 
 /* The child: `serve-query DB PARENT_PID TIME_NS MAX_ROWS MAX_BYTES MAX_MEM`,
  * the SQL on standard input. 0 when it answered, 2 for bad arguments. */

@@ -22,12 +22,6 @@
  * one connection to the job's store. */
 static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     run_job *job = ctx;
-    if (info->attempt == 0) {
-        /* a stop signal held (while MPS started, or since job_attempts_hold)
-         * before launch_job's own handlers were in place: theirs now */
-        int sig = job_signals_take();
-        if (sig) raise(sig);
-    }
     /* which process claimed each ring before this attempt: one of this
      * attempt's claims it anew (job_rows' "no records" message) */
     for (int l = 0; job->rings && l < job->nrings; l++)
@@ -124,6 +118,13 @@ static void after_attempt(void *ctx, const launch_info *info, const launch_resul
         fprintf(stderr, "pprun run: --checkpoint-dir: a temporary file of a checkpoint stays: %s\n", err.msg);
 }
 
+/* A stop signal held (while MPS started, or since job_attempts_hold)
+ * before launch_job's own handlers were in place: theirs now. */
+static int held_signal(void *ctx) {
+    (void)ctx;
+    return job_signals_take();
+}
+
 /* --fail-at SIGKILLs its rank in the first attempt (engine_maybe_fail):
  * a failure that is that one says so, or a user reads a crash into it. */
 static void note_injected(const run_job *job, launch_result *res) {
@@ -154,7 +155,7 @@ void job_attempts_run(run_job *job, job_outcome *end) {
     job_mps_guard(&job->mps, job->guard); /* a killed launcher's daemon dies with its ranks */
     launch_hooks hooks = {
         .ctx = job, .before_attempt = before_attempt, .rank_env = rank_env, .started = started,
-        .after_attempt = after_attempt, .blame = blame, .guard = job->guard,
+        .after_attempt = after_attempt, .blame = blame, .guard = job->guard, .held_signal = held_signal,
         /* the daemon, our child when pprun is PID 1, outlives every attempt: job_mps_stop stops it */
         .keep_groups = &job->mps.group, .nkeep = job->mps.group ? 1 : 0};
     /* A stop signal once the workers are gone: the job is over, its end

@@ -852,6 +852,8 @@ static int job_start(const launch_options *o, const launch_hooks *hooks, launch_
         free(j);
         return -1;
     }
+    int held = hooks && hooks->held_signal ? hooks->held_signal(hooks->ctx) : 0;
+    if (held) raise(held); /* to our own handler: the self-pipe, as a caught one */
     raise_open_file_limit(j);
     *out = j;
     return 0;

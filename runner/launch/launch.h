@@ -359,6 +359,12 @@ typedef struct launch_hooks {
      * naming agree_what (which it is, "the plan of --schedule csv:F") and
      * both values, and node 0 says which node refused. */
     const char *agree, *agree_what;
+    /* A stop signal the caller held, noted, before launch_job's handlers
+     * were in place (0: none), asked once right after they are: launch_job
+     * acts on it as on one it caught, before the store and the rendezvous
+     * (a held Ctrl-C waited out a rendezvous, and was lost when that
+     * failed). NULL: none. */
+    int (*held_signal)(void *ctx);
 } launch_hooks;
 
 /* Runs the job until success, final failure or a signal. res is always

@@ -503,7 +503,13 @@ int launch_guard_start(launch_guard **out, pp_err *err) {
         sigaction(SIGINT, &ign, NULL);
         sigaction(SIGHUP, &ign, NULL);
         sigaction(SIGPIPE, &ign, NULL);
-        sigset_t none; /* SIGTERM still ends it, as it ends any process */
+        /* SIGTERM ends it, as it ends any process: not the handler of a
+         * launcher that held its stop signals when it forked (pprun run) */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGTERM, &dfl, NULL);
+        sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         guard_main(3);
