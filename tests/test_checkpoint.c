@@ -709,14 +709,22 @@ Test(checkpoint_run, a_failed_attempt_leaves_no_temporary_file_and_resumes_right
     free(wb);
 }
 
-Test(checkpoint_run, another_model_is_refused_before_launch_naming_both, .timeout = 300) {
-    char d[512], *out = NULL;
-    snprintf(d, sizeof d, "%s", tfix_mkdir("other"));
+/* A 2-step job of 2 ranks checkpointed into folder `name`'s ck/, and
+ * that checkpoint merged into its m.ckpt; the folder's path into d. */
+static void checkpointed_job(const char *name, char *d, size_t n) {
+    char *out = NULL;
+    snprintf(d, n, "%s", tfix_mkdir(name));
     int rc = sh(&out, RUN "--nproc-per-node 2 --steps 2 --checkpoint-dir %s/ck", PPRUN_BIN, d);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
     cr_assert_eq(sh(&out, "%s checkpoint merge %s/ck --out %s/m.ckpt", PPRUN_BIN, d, d), 0, "%s", out);
     free(out);
+}
+
+Test(checkpoint_run, another_model_is_refused_before_launch_naming_both, .timeout = 300) {
+    char d[512], *out = NULL;
+    checkpointed_job("other", d, sizeof d);
+    int rc;
     static const char *const how[] = {"--checkpoint-dir %s/ck --resume", "--init-from %s/m.ckpt"};
     for (int i = 0; i < 2; i++) {
         char args[512];
@@ -743,13 +751,8 @@ Test(checkpoint_run, another_model_is_refused_before_launch_naming_both, .timeou
  * every rank that loads the unit failed, exit 1, and each restart again). */
 Test(checkpoint_run, a_damaged_checkpoint_is_refused_before_launch, .timeout = 300) {
     char d[512], *out = NULL;
-    snprintf(d, sizeof d, "%s", tfix_mkdir("damaged"));
-    int rc = sh(&out, RUN "--nproc-per-node 2 --steps 2 --checkpoint-dir %s/ck", PPRUN_BIN, d);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
-    cr_assert_eq(sh(&out, "%s checkpoint merge %s/ck --out %s/m.ckpt", PPRUN_BIN, d, d), 0, "%s", out);
-    free(out);
-    rc = sh(&out,
+    checkpointed_job("damaged", d, sizeof d);
+    int rc = sh(&out,
             "for f in %s/ck/step_1/stage_1.ckpt %s/m.ckpt; do head -c 64 /dev/urandom | dd of=$f bs=1 "
             "seek=$(($(stat -c %%s $f) / 2)) conv=notrunc 2>/dev/null || exit 1; done",
             d, d);
