@@ -55,18 +55,20 @@ static int run_query(sqlite3 *db, const char *db_path, const char *sql, const us
     return oom ? 500 : 413;
 }
 
-/* The reply of an answer: an error's message as reply_error writes it, a
- * result with the time it took spliced in before its closing brace. */
-static void reply_answer(int status, const char *text, size_t len, uint64_t t0, reply *r) {
-    if (status != 200) {
-        reply_error(r, status, "%.*s", (int)len, text);
-        return;
+/* The reply of the answer in w (run_query's), which it takes: an error's
+ * message as reply_error writes it, a result with the time it took
+ * spliced in before its closing brace. */
+static void reply_answer(int status, jw *w, uint64_t t0, reply *r) {
+    if (w->oom) {
+        reply_error(r, 500, "out of memory");
+    } else if (status != 200) {
+        reply_error(r, status, "%.*s", (int)w->len, w->buf);
+    } else {
+        w->len--; /* its closing brace */
+        jw_rawf(w, ",\"elapsed_ms\":%.3f}", (double)(pp_now_ns() - t0) / 1e6);
+        reply_json(r, w);
     }
-    jw w;
-    jw_init(&w);
-    jw_raw(&w, text, len - 1);
-    jw_rawf(&w, ",\"elapsed_ms\":%.3f}", (double)(pp_now_ns() - t0) / 1e6);
-    reply_json(r, &w);
+    jw_free(w);
 }
 
 void sqlproc_run_here(sqlite3 *db, const char *sql, const usersql_limits *lim, reply *r) {
@@ -74,9 +76,7 @@ void sqlproc_run_here(sqlite3 *db, const char *sql, const usersql_limits *lim, r
     jw w;
     jw_init(&w);
     int status = run_query(db, NULL, sql, lim, &w);
-    if (w.oom) reply_error(r, 500, "out of memory");
-    else reply_answer(status, w.buf, w.len, t0, r);
-    jw_free(&w);
+    reply_answer(status, &w, t0, r);
 }
 
 /* ---- the server's end ------------------------------------------------------ */
@@ -289,7 +289,10 @@ void sqlproc_run(sqlproc_group *g, const char *exe, const char *db_path, const c
         reply_error(r, 500, "the query's process ended without a whole answer (exit %d)",
                     known && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     } else {
-        reply_answer(status, out + at, body, t0, r);
+        jw w;
+        jw_init(&w);
+        jw_raw(&w, out + at, body);
+        reply_answer(status, &w, t0, r);
     }
     free(out);
 }
