@@ -267,7 +267,9 @@ void sqlproc_run(sqlproc_group *g, const char *exe, const char *db_path, const c
     pthread_mutex_unlock(&g->mu);
     int status = 0, at = 0;
     size_t body = 0;
-    int whole = out && sscanf(out, "%3d %zu\n%n", &status, &body, &at) == 2 && at > 0 && status >= 200 &&
+    /* "STATUS LENGTH\n" (a scanf "\n" would take the answer's own leading
+     * blanks too) */
+    int whole = out && sscanf(out, "%3d %zu%n", &status, &body, &at) == 2 && out[at++] == '\n' && status >= 200 &&
                 status <= 599 && body == len - (size_t)at && (status != 200 || (body > 0 && out[len - 1] == '}'));
     if (stopping) {
         reply_error(r, 503, "the server is stopping");
