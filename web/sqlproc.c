@@ -12,9 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/net.h"
 #include "report/sql.h"
 
 extern char **environ;
@@ -81,28 +83,6 @@ void sqlproc_run_here(sqlite3 *db, const char *sql, const usersql_limits *lim, r
 
 /* ---- the server's end ------------------------------------------------------ */
 
-/* Writes all of buf to fd; a child gone before reading it is EPIPE, not
- * a SIGPIPE (blocked here, a pending one taken back). */
-static int write_all(int fd, const char *buf, size_t len) {
-    sigset_t pipe_sig, old;
-    sigemptyset(&pipe_sig);
-    sigaddset(&pipe_sig, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_sig, &old);
-    int rc = 0;
-    for (size_t off = 0; off < len;) {
-        ssize_t n = write(fd, buf + off, len - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            rc = -1;
-            break;
-        }
-        off += (size_t)n;
-    }
-    if (rc != 0 && errno == EPIPE) sigtimedwait(&pipe_sig, NULL, &(struct timespec){0});
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return rc;
-}
-
 /* The child's standard output until it closes it (0), the deadline passes
  * (1) or it passes cap bytes (2); *out malloc'd, NUL-terminated. */
 static int read_answer(int fd, uint64_t deadline_ns, size_t cap, char **out, size_t *len) {
@@ -147,13 +127,14 @@ static int read_answer(int fd, uint64_t deadline_ns, size_t cap, char **out, siz
     return rc;
 }
 
-/* Starts `exe serve-query ...` with its standard input and output on
- * pipes (*to_child, *from_child); every other descriptor of the server
- * closed in it, its signals as a new process has them. */
+/* Starts `exe serve-query ...` with its standard input on a socket
+ * (*to_child: net_write_all's, which never raises SIGPIPE) and its output
+ * on a pipe (*from_child); every other descriptor of the server closed in
+ * it, its signals as a new process has them. */
 static pid_t spawn_child(const char *exe, const char *db_path, const usersql_limits *lim, int *to_child,
                          int *from_child) {
     int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0) return -1;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) return -1;
     if (pipe2(out, O_CLOEXEC) != 0) {
         close(in[0]), close(in[1]);
         return -1;
@@ -248,7 +229,8 @@ void sqlproc_run(sqlproc_group *g, const char *exe, const char *db_path, const c
         return;
     }
     int stopping = group_add(g, pid, &place);
-    write_all(to_child, sql, strlen(sql)); /* a child that stopped before reading says why below */
+    /* a child that stopped before reading it says why below */
+    net_write_all(to_child, sql, strlen(sql), deadline);
     close(to_child);
     char *out;
     size_t len;
