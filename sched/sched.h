@@ -266,6 +266,10 @@ typedef struct sched_act {
     double f, b;
 } sched_act;
 
+/* 1 when both of a's numbers are numbers and none is negative: what every
+ * table of bytes must hold, wherever it comes from. */
+int sched_act_valid(sched_act a);
+
 /* A bound on what each rank holds at once, after any of its F, B and W. */
 typedef struct sched_mem {
     double max;           /* the most a rank may hold, in act's unit; <= 0: no bound */

@@ -36,6 +36,8 @@ const char *sched_mem_text(const sched_mem *mem, double value, char *buf, size_t
     return buf;
 }
 
+int sched_act_valid(sched_act a) { return a.f >= 0 && a.b >= 0 && isfinite(a.f) && isfinite(a.b); }
+
 /* mem's table against a plan of `stages` stages: one entry or one per
  * stage, none negative or not a number. */
 static int check_act(const sched_mem *mem, int stages, pp_err *err) {
@@ -44,7 +46,7 @@ static int check_act(const sched_mem *mem, int stages, pp_err *err) {
         return pp_fail(err, "--act-bytes: %d entries for %d stages; give one for every stage or one per stage",
                        mem->nact, stages);
     for (int i = 0; i < mem->nact; i++) {
-        if (!(mem->act[i].f >= 0 && mem->act[i].b >= 0 && isfinite(mem->act[i].f) && isfinite(mem->act[i].b)))
+        if (!sched_act_valid(mem->act[i]))
             return pp_fail(err, "--act-bytes: entry %d (f=%g, b=%g) must not be negative", i, mem->act[i].f,
                            mem->act[i].b);
         if (mem->high && !(mem->high[i] >= 0 && isfinite(mem->high[i])))

@@ -3,7 +3,6 @@
 #include "runner/job/job_checks.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,7 +243,7 @@ static int measured_costs_check(const run_job *job, pp_err *err) {
         return pp_fail(err, "%s: its F and B took no time (F %g ns, B %g ns): the database is damaged or was not "
                             "written by pprun", job->costs_about, back.f, back.b);
     for (int i = 0; i < cfg->nact && job->act_about[0]; i++)
-        if (!(cfg->act[i].f >= 0 && cfg->act[i].b >= 0 && isfinite(cfg->act[i].f) && isfinite(cfg->act[i].b)))
+        if (!sched_act_valid(cfg->act[i]))
             return pp_fail(err, "%s: stage %d's bytes are negative or not a number (F %g, B %g): the database is "
                                 "damaged or was not written by pprun", job->act_about, i, cfg->act[i].f, cfg->act[i].b);
     return 0;
