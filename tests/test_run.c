@@ -18,6 +18,7 @@
 #include <sqlite3.h>
 
 #include "helpers/trace_fixture.h"
+#include "helpers/web_client.h"
 #include "launch_testutil.h"
 #include "sched/sched.h"
 
@@ -777,6 +778,52 @@ Test(run, ctrl_c_after_the_job_ends_the_dashboard_and_tidies_the_database, .time
     cr_assert_neq(access(side, F_OK), 0, "%s is left", side);
     snprintf(side, sizeof side, "%s-shm", db);
     cr_assert_neq(access(side, F_OK), 0, "%s is left", side);
+    lt_free(&p);
+}
+
+static void assert_succeeded_jobs(const char *db, int n);
+
+/* Under `pprun run --serve` a user's query runs in a process the
+ * deadline can kill (web/sqlproc.h), as under `pprun serve`, though the
+ * launcher reaps every child of its own: one that SQLite does not stop
+ * (operators reading an aggregate's 16 MiB result in place, 2 x 990 times
+ * in one row: 70 s against the 2 s limit, on the server's thread where it
+ * ran before) answers 408 in seconds, and the job trains on to its end. */
+Test(run, a_query_sqlite_cannot_stop_is_killed_and_the_served_job_goes_on, .timeout = 120) {
+    const char *db = tfix_path("served.db");
+    int port = lt_free_port();
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    lt_proc p;
+    lt_start(&p, (const char *[]){"run", "--steps", "30", "--model", "timed:f=20ms,b=20ms,w=20ms,act=16KiB,layers=8",
+                                  "--progress", "off", "--serve", listen, "--db", db, NULL},
+             NULL);
+    cr_assert(lt_stderr_has_within(&p, "dashboard at", 60), "no dashboard: %s", p.err);
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "POST", "/api/sql", NULL, "{\"sql\": \"SELECT count(*) AS n FROM jobs\"}", &r), 0);
+    cr_assert(r.status == 200 && strstr(r.body, "\"rows\":[[1]]"), "%d %s", r.status, r.body);
+    webclient_free(&r);
+    static char sql[32768];
+    int k = snprintf(sql, sizeof sql, "{\"sql\": \"WITH t(j) AS (SELECT hex(zeroblob(8000000))) SELECT ");
+    for (int c = 0; c < 2; c++) {
+        for (int i = 0; i < 990; i++) k += snprintf(sql + k, sizeof sql - (size_t)k, "max(j)+");
+        k += snprintf(sql + k, sizeof sql - (size_t)k, "0%s", c ? " FROM t\"}" : ", ");
+    }
+    uint64_t t0 = pp_now_ns();
+    cr_assert_eq(webclient_request(port, "POST", "/api/sql", NULL, sql, &r), 0);
+    double took = (double)(pp_now_ns() - t0) / 1e9;
+    cr_assert(r.status == 408 && strstr(r.body, "its process was killed"), "%d %s", r.status, r.body);
+    cr_assert(took < 10, "the query took %.1f s against its 2 s limit", took);
+    webclient_free(&r);
+    char *out;
+    cr_assert_eq(sh(&out, "%s query --db '%s' --format csv \"SELECT status FROM jobs\"", PPRUN_BIN, db), 0, "%s", out);
+    cr_assert(strstr(out, "running"), "the job is not running on: %s", out);
+    free(out);
+    cr_assert(lt_stderr_has_within(&p, "the job is over; the dashboard stays at", 90), "%s", p.err);
+    kill(p.pid, SIGINT);
+    cr_assert(lt_wait_within(&p, 30), "pprun run went on after Ctrl-C");
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    assert_succeeded_jobs(db, 1);
     lt_free(&p);
 }
 

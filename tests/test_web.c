@@ -4,6 +4,7 @@
  * auth, the SQL guard over HTTP, /metrics and the live stream. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <sqlite3.h>
 #include <math.h>
 #include <poll.h>
@@ -1026,23 +1027,102 @@ Test(web, a_query_whose_process_dies_is_its_500_and_the_server_goes_on) {
     webclient_free(&r);
 }
 
-/* Inside `pprun run --serve` a query runs on its worker's thread (the
- * launcher owns every child of its process), and answers as one run apart
- * does: its rows with the time it took, a refusal with its status. */
-Test(web, a_query_on_the_servers_own_thread_answers_as_one_run_apart) {
-    for (int in_thread = 0; in_thread < 2; in_thread++) {
-        restart_with((http_options){.conn_timeout_s = 2, .sql_in_thread = in_thread});
-        webclient_resp r = post_sql("{\"sql\": \"SELECT count(*) AS n FROM jobs\"}");
-        cr_assert_eq(r.status, 200, "%s", r.body);
-        cr_assert(strstr(r.body, "\"columns\":[\"n\"]") && strstr(r.body, "\"rows\":[[1]]") &&
-                      strstr(r.body, ",\"elapsed_ms\":"),
-                  "in_thread %d: %s", in_thread, r.body);
-        webclient_free(&r);
-        r = post_sql("{\"sql\": \"DELETE FROM events\"}");
-        cr_assert(r.status == 403 && strstr(r.body, "refused: DELETE events"), "in_thread %d: %d %s", in_thread,
-                  r.status, r.body);
-        webclient_free(&r);
+/* The pid of the process whose command line holds `serve-query` and
+ * dbpath, and its parent; 0 when there is none (a zombie is none). */
+static pid_t find_query_process(pid_t *parent) {
+    pid_t found = 0;
+    DIR *proc = opendir("/proc");
+    cr_assert(proc);
+    for (struct dirent *d; !found && (d = readdir(proc));) {
+        pid_t pid = (pid_t)atoi(d->d_name);
+        if (pid <= 0) continue;
+        char path[300], cmd[4096], stat[512];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (!cmd[i]) cmd[i] = ' ';
+        cmd[n] = 0;
+        if (!strstr(cmd, " serve-query ") || !strstr(cmd, dbpath)) continue;
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        f = fopen(path, "r");
+        if (!f) continue;
+        n = fread(stat, 1, sizeof stat - 1, f);
+        fclose(f);
+        stat[n] = 0;
+        char state;
+        int ppid;
+        const char *after = strrchr(stat, ')');
+        if (after && sscanf(after, ") %c %d", &state, &ppid) == 2 && state != 'Z') {
+            found = pid;
+            *parent = ppid;
+        }
     }
+    closedir(proc);
+    return found;
+}
+
+/* Whether pid is there (not a zombie). */
+static int process_alive(pid_t pid) {
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = 0;
+    const char *after = strrchr(stat, ')');
+    return after && after[2] != 'Z';
+}
+
+static void *post_long_query(void *arg) {
+    webclient_resp *r = arg;
+    /* runs until the time limit (10 s here) */
+    webclient_request(port, "POST", "/api/sql", NULL,
+                      "{\"sql\": \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                      "SELECT count(*) FROM c\"}", r);
+    return NULL;
+}
+
+/* A query's process is no child of the server's, nor is the process that
+ * starts it (web/sqlproc.h): a server inside `pprun run --serve` has a
+ * launcher that reaps every child of its process and ends its descendants
+ * with the job's attempts. The server's stop ends both at once, and the
+ * query waiting on them answers 503. */
+Test(web, queries_run_apart_from_the_server_and_end_with_it, .timeout = 60) {
+    restart_with((http_options){.conn_timeout_s = 30, .sql_time_limit_ns = 10000000000ull});
+    webclient_resp r = {0};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, post_long_query, &r), 0);
+    pid_t query = 0, spawner = 0;
+    for (int i = 0; i < 500 && !query; i++) {
+        query = find_query_process(&spawner);
+        if (!query) usleep(10000);
+    }
+    cr_assert(query, "no serve-query process over %s", dbpath);
+    cr_assert_neq(spawner, getpid(), "the query's process is the server's child");
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)spawner);
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = 0;
+    int grandparent = 0;
+    cr_assert_eq(sscanf(strrchr(stat, ')'), ") %*c %d", &grandparent), 1, "%s", stat);
+    cr_assert_neq(grandparent, getpid(), "the spawner of query processes is the server's child");
+    uint64_t t0 = pp_now_ns();
+    http_stop(srv);
+    pthread_join(t, NULL);
+    cr_assert(pp_now_ns() - t0 < 5000000000ull, "the server's stop waited for the query");
+    cr_assert(r.status == 503 && strstr(r.body, "the server is stopping"), "%d %s", r.status, r.body ? r.body : "");
+    webclient_free(&r);
+    cr_assert(!process_alive(query), "the query's process %d runs on", (int)query);
+    for (int i = 0; i < 200 && process_alive(spawner); i++) usleep(10000);
+    cr_assert(!process_alive(spawner), "the spawner %d runs on", (int)spawner);
+    serve((http_options){.conn_timeout_s = 2});
 }
 
 Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {

@@ -404,7 +404,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     s->o.db_path = NULL;
     s->o.sql_exe = NULL; /* kept in s->sql_exe */
     for (int i = 0; i < HTTP_CODES; i++) atomic_init(&s->requests[i], 0);
-    sqlproc_group_init(&s->sqlprocs);
+    s->sqlprocs.fd = -1;
 
     /* Each step that fails undoes the ones before it, in reverse. */
     int family = AF_INET;
@@ -413,8 +413,10 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
         goto no_listener;
     }
     if (guard_init(s, opts->allow_hosts, err) != 0) goto no_listener;
+    /* a fork of this process: first, before the listener and the threads */
+    if (sqlproc_spawner_start(&s->sqlprocs, err) != 0) goto no_listener;
     int fd = open_listener(opts, 2 * s->o.max_conns, &family, s->url, sizeof s->url, &s->port, &s->loopback, err);
-    if (fd < 0) goto no_listener;
+    if (fd < 0) goto no_spawner;
     if (dbpool_init(&s->pool, opts->db_path, err) != 0) goto no_pool;
     if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) goto no_live;
     if (sqlpool_start(&s->sql, "SQL queries", &s->pool, s->o.sql_workers, s->o.sql_queue, err) != 0) goto no_sql;
@@ -468,9 +470,11 @@ no_live:
     dbpool_close(&s->pool);
 no_pool:
     close(fd);
+no_spawner:
+    sqlproc_spawner_stop(&s->sqlprocs);
 no_listener:
     guard_free(s);
-    sqlproc_group_destroy(&s->sqlprocs);
+    sqlproc_spawner_close(&s->sqlprocs);
     free(s->sql_exe);
     free(s->token);
     free(s);
@@ -485,7 +489,7 @@ void http_stop(http_server *s) {
     /* Suspended stream connections must be resumed before the daemon stops
      * (libmicrohttpd's rule); live_end_all makes each one end its stream. */
     live_end_all(s->live);
-    sqlproc_group_stop(&s->sqlprocs); /* the queries' processes, so that their workers end now */
+    sqlproc_spawner_stop(&s->sqlprocs); /* the queries' processes, so that their workers end now */
     sqlpool_stop(s->sql);             /* the same rule for connections waiting on a worker */
     sqlpool_stop(s->traces);
     sqlpool_stop(s->analyses);
@@ -498,7 +502,7 @@ void http_stop(http_server *s) {
     live_free(s->live);
     dbpool_close(&s->pool);
     guard_free(s);
-    sqlproc_group_destroy(&s->sqlprocs);
+    sqlproc_spawner_close(&s->sqlprocs);
     free(s->sql_exe);
     free(s->token);
     free(s);

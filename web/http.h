@@ -51,8 +51,6 @@ typedef struct http_options {
     unsigned sql_queue;         /* POST /api/sql: queries that may wait for a worker, the rest 503; 0 = 64 */
     const char *sql_exe;        /* POST /api/sql: the pprun that runs each query apart (web/sqlproc.h), copied;
                                  * NULL = /proc/self/exe, this program (a server in another program names pprun) */
-    int sql_in_thread;          /* POST /api/sql: each query on its SQL worker's thread, not apart: a server inside
-                                 * `pprun run --serve`, whose launcher owns every child of the process */
     unsigned live_poll_ms;      /* how often live streams poll the db; 0 = 200 */
     unsigned live_heartbeat_ms; /* keep-alive comment on idle streams; 0 = 10000 */
     unsigned events_scan_budget; /* /events: most events aggregated per bucket, beyond that per step; 0 = 60000 */

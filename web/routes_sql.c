@@ -92,8 +92,7 @@ static void sql_query(route_req *q, reply *r) {
         }
         lim.max_rows = (size_t)mr->valuedouble;
     }
-    if (o->sql_in_thread) sqlproc_run_here(q->db, sql->valuestring, &lim, r);
-    else sqlproc_run(&q->s->sqlprocs, q->s->sql_exe, q->s->pool.path, sql->valuestring, &lim, r);
+    sqlproc_run(&q->s->sqlprocs, q->s->sql_exe, q->s->pool.path, sql->valuestring, &lim, r);
     cJSON_Delete(req);
 }
 

@@ -31,7 +31,7 @@ struct http_server {
     live_hub *live;
     sql_pool *sql, *traces; /* POST /api/sql; GET .../trace.json */
     sql_pool *analyses;     /* the routes whose cost grows with the job (ROUTE_ANALYSIS_POOL) */
-    sqlproc_group sqlprocs; /* POST /api/sql's queries, each in a process of its own */
+    sqlproc_spawner sqlprocs; /* starts POST /api/sql's queries, each in a process of its own */
     char *sql_exe;          /* the pprun that runs them (http_options.sql_exe) */
     reaper reaper;
     atomic_ullong requests[HTTP_CODES]; /* by status code, for /metrics */

@@ -10,51 +10,59 @@
  * can kill bounds both: the answer comes by the time limit and a second,
  * and a crash is the query's 500, not the server's end.
  *
- * Both ends are here, so that the protocol between them is in one file:
- * the server writes the SQL to the child's standard input; the child
- * answers on its standard output with the HTTP status and the answer's
- * length on the first line and, after it, the answer: the body (200: the
- * result as report_sql_table writes it) or the error's message. */
+ * Every end is here, so that the protocols are in one file. The server
+ * asks its spawner (below) for each query's process with one message on
+ * the spawner's socket: the program, the database and the limits, and
+ * three descriptors: the child's standard input (a socket the server
+ * writes the SQL to), its standard output (a pipe the server reads the
+ * answer from) and the query's line (a socket: the spawner says there the
+ * child's pid, or why it could not start it, then how it ended; a message
+ * of the server's there, or its end, has the spawner kill the child). The
+ * child answers with the HTTP status and the answer's length on the first
+ * line and, after it, the answer: the body (200: the result as
+ * report_sql_table writes it) or the error's message. */
 #ifndef PP_WEB_SQLPROC_H
 #define PP_WEB_SQLPROC_H
-#include <pthread.h>
-#include <sqlite3.h>
-#include <sys/types.h>
 
+#include "base/pp.h"
 #include "db/usersql.h"
 #include "web/reply.h"
 
 /* The hidden command the server runs (runner/main.c). */
 #define SQLPROC_COMMAND "serve-query"
-#define SQLPROC_GROUP_MAX 64 /* the children a group knows of at once (a server's SQL workers) */
+#define SQLPROC_CHILDREN_MAX 64 /* queries' processes at once; past them a query is a 503 */
 
-/* A server's running children, so that its stop ends them at once. */
-typedef struct sqlproc_group {
-    pthread_mutex_t mu;
-    pid_t pid[SQLPROC_GROUP_MAX]; /* 0: a free place */
-    int stopping;
-} sqlproc_group;
+/* A server's spawner: a process apart from the server's own tree
+ * (base/apart.h), started with the server, that starts each query's
+ * process and is its parent. Apart because the server may run inside
+ * `pprun run --serve`, whose launcher reaps every child of its process
+ * and ends its descendants with the job's attempts (runner/launch/launch.h):
+ * a query's process of the server's own would be taken by it. The
+ * spawner ends when its socket does (the server stopped or died), and
+ * kills the queries' processes it still runs; each of them also dies with
+ * the spawner. */
+typedef struct sqlproc_spawner {
+    int fd;              /* the socket to the spawner; -1 before it started */
+    _Atomic int stopping;
+} sqlproc_spawner;
 
-void sqlproc_group_init(sqlproc_group *g);
-/* Kills every child of g, and refuses new ones (503): the server stops. */
-void sqlproc_group_stop(sqlproc_group *g);
-void sqlproc_group_destroy(sqlproc_group *g);
+/* 0, or -1 with err. Before the server starts its threads: the spawner is
+ * a fork of this process. */
+int sqlproc_spawner_start(sqlproc_spawner *sp, pp_err *err);
+/* Kills every query's process and refuses new queries (503): the server
+ * stops. Waits (a few seconds at most) until the spawner is gone. */
+void sqlproc_spawner_stop(sqlproc_spawner *sp);
+/* Once nothing runs queries any more: closes the socket. */
+void sqlproc_spawner_close(sqlproc_spawner *sp);
 
 /* Runs sql under lim over the database at db_path in `exe serve-query`
- * (a child of g) and fills r with the answer: the result (200, with
+ * (started by sp) and fills r with the answer: the result (200, with
  * "elapsed_ms"), the query's refusal or failure (400, 403, 408, 413, 503),
  * a 408 when the process was still at it a second past the time limit
  * (killed), a 500 when it died of a signal of its own or could not be
- * started, a 503 when g is stopping. */
-void sqlproc_run(sqlproc_group *g, const char *exe, const char *db_path, const char *sql, const usersql_limits *lim,
-                 reply *r);
-
-/* The same query run on this thread over db (a connection of the server's
- * pool), the same answer: for a server inside `pprun run --serve`, whose
- * launcher reaps every child of its process and ends them with the job's
- * attempts (runner/launch/launch.h), so that a query's process would be
- * taken by it. */
-void sqlproc_run_here(sqlite3 *db, const char *sql, const usersql_limits *lim, reply *r);
+ * started, a 503 when sp is stopping or runs SQLPROC_CHILDREN_MAX queries. */
+void sqlproc_run(sqlproc_spawner *sp, const char *exe, const char *db_path, const char *sql,
+                 const usersql_limits *lim, reply *r);
 
 /* The child: `serve-query DB PARENT_PID TIME_NS MAX_ROWS MAX_BYTES MAX_MEM`,
  * the SQL on standard input. 0 when it answered, 2 for bad arguments. */

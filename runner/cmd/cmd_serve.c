@@ -91,7 +91,6 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
-    signal(SIGCHLD, SIG_DFL); /* ignored by whoever started us, it would reap the queries' processes (sqlproc.h) */
     http_server *s;
     if (http_start(&o, &s, &err) != 0) {
         fprintf(stderr, "pprun serve: %s\n", err.msg);

@@ -11,10 +11,7 @@ int job_serve_start(run_job *job) {
     if (!job->cfg.serve || job->lo.node_rank != 0) return 0;
     http_options ho = {
         .listen = job->cfg.serve_addr, .listen_flag = "--serve", .token = job->cfg.token,
-        .allow_hosts = job->cfg.allow_hosts, .db_path = job->cfg.db,
-        /* the launcher reaps every child of this process, and ends them with
-         * the attempts (runner/launch/launch.h): a query's would be taken */
-        .sql_in_thread = 1};
+        .allow_hosts = job->cfg.allow_hosts, .db_path = job->cfg.db};
     pp_err err;
     if (http_start(&ho, &job->web, &err) != 0) {
         fprintf(stderr, "pprun run: %s\n", err.msg); /* it names --serve */

@@ -10,6 +10,8 @@
  * stdio. */
 #include "runner/launch/launch_int.h"
 
+#include "base/apart.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -476,54 +478,18 @@ int launch_guard_start(launch_guard **out, pp_err *err) {
         free(g);
         return pp_fail(err, "the guard: socketpair: %s", strerror(errno));
     }
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    pid_t mid = fork();
-    if (mid == 0) {
-        /* The middle child exits at once, so the guard is re-parented away
-         * from the launcher: its descendant walks and waitpid(-1) never see
-         * it. A new session: the terminal's Ctrl-C and hangup do not reach
-         * it, its socket's EOF does. */
-        setsid();
-        if (fork() != 0) _exit(0);
-        if (dup2(sv[1], 3) != 3) _exit(1);
-        /* It never prints: holding the launcher's stdout or stderr open would
-         * keep whoever reads them (a pipe, a terminal) waiting for it. */
-        int null_fd = open("/dev/null", O_RDWR);
-        for (int std = 0; std < 3 && null_fd >= 0; std++) dup2(null_fd, std);
-        if (syscall(SYS_close_range, 4u, ~0u, 0u) != 0) {
-            struct rlimit rl;
-            rlim_t top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? rl.rlim_cur : 65536;
-            for (rlim_t f = 4; f < top; f++) close((int)f);
-        }
-        struct sigaction ign;
-        memset(&ign, 0, sizeof ign);
-        ign.sa_handler = SIG_IGN;
-        sigaction(SIGINT, &ign, NULL);
-        sigaction(SIGHUP, &ign, NULL);
-        sigaction(SIGPIPE, &ign, NULL);
-        /* SIGTERM ends it, as it ends any process: not the handler of a
-         * launcher that held its stop signals when it forked (pprun run) */
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        sigaction(SIGTERM, &dfl, NULL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+    /* Outside the launcher's tree (base/apart.h): its descendant walks and
+     * waitpid(-1) never see the guard. */
+    int rc = apart_fork("the guard", sv[1], err);
+    if (rc == 0) {
         guard_main(3);
         _exit(0);
     }
-    int e = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(sv[1]);
-    if (mid < 0) {
+    if (rc < 0) {
         close(sv[0]);
         free(g);
-        return pp_fail(err, "the guard: fork: %s", strerror(e));
-    }
-    while (waitpid(mid, NULL, 0) < 0 && errno == EINTR) {
+        return -1;
     }
     g->fd = sv[0];
     *out = g;
