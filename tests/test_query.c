@@ -751,3 +751,41 @@ Test(query, serve_query_by_hand_says_it_is_the_servers) {
     free(out);
     free(errout);
 }
+
+/* Operators reading an aggregate's 16 MiB result in place, 2 x 990 times
+ * in one row: SQLite checks the time only where a loop goes round, and
+ * this ran 70 s against a 2 s limit. `pprun query` runs its query in a
+ * child that it kills a second past --timeout: exit 2, in seconds, naming
+ * the kill; a query that answers prints as before. */
+Test(query, a_query_sqlite_cannot_stop_is_killed_a_second_past_its_timeout, .timeout = 60) {
+    char path[300];
+    snprintf(path, sizeof path, "%s.inplace.sql", db);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("WITH t(j) AS (SELECT hex(zeroblob(8000000))) SELECT ", f);
+    for (int c = 0; c < 2; c++) {
+        for (int i = 0; i < 990; i++) fputs("max(j)+", f);
+        fputs(c ? "0 FROM t" : "0, ", f);
+    }
+    fclose(f);
+    char args[700], *out, *errout;
+    snprintf(args, sizeof args, "query --db '%s' --timeout 1s \"$(cat '%s')\"", db, path);
+    uint64_t t0 = pp_now_ns();
+    int rc = run_pprun(args, &out, &errout);
+    double took = (double)(pp_now_ns() - t0) / 1e9;
+    cr_assert_eq(rc, 2, "%s", errout);
+    cr_assert(strstr(errout, "pprun query: interrupted: the query ran past the time limit of 1 s (--timeout), in "
+                             "work SQLite does not stop inside one row (docs/api.md): its process was killed"),
+              "%s", errout);
+    cr_assert(took < 5, "it took %.1f s against its 1 s limit", took);
+    cr_assert_str_eq(out, "");
+    free(out);
+    free(errout);
+    unlink(path);
+    snprintf(args, sizeof args, "query --db '%s' --format csv --timeout 1s 'SELECT count(*) AS n FROM jobs'", db);
+    cr_assert_eq(run_pprun(args, &out, &errout), 0, "%s", errout);
+    cr_assert_str_eq(out, "n\r\n1\r\n");
+    cr_assert_str_eq(errout, "");
+    free(out);
+    free(errout);
+}
