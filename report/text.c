@@ -598,8 +598,31 @@ static void report_whatif_curve(FILE *out, const whatif_report *r) {
             }
 }
 
+/* s as one word of a shell command line the reader may paste: as it is
+ * when it holds only characters no shell reads specially, else in single
+ * quotes (a quote within as '\''); cut to buf (cap > 6). Control bytes
+ * are for the stream to escape (pprun's stderr does: docs/cli.md). */
+static const char *shell_word(const char *s, char *buf, size_t cap) {
+    if (*s && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-+,:=@%") == strlen(s))
+        return s;
+    size_t n = 0;
+    buf[n++] = '\'';
+    for (; *s && n + 6 < cap; s++) {
+        if (*s == '\'') {
+            memcpy(buf + n, "'\\''", 4);
+            n += 4;
+        } else {
+            buf[n++] = *s;
+        }
+    }
+    buf[n++] = '\'';
+    buf[n] = 0;
+    return buf;
+}
+
 void report_brief(FILE *out, const char *prefix, const job_summary *s, const whatif_report *w, const char *db_path) {
-    char t[24], m[24], p[24];
+    char t[24], m[24], p[24], word[4200];
+    db_path = shell_word(db_path, word, sizeof word);
     if (!s->steps) { /* a program that only evaluated, or stopped in its first step */
         fprintf(out,
                 "%s: job %lld: no step complete (a step has every rank's ops; evaluations are not steps)\n"

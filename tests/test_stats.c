@@ -277,6 +277,25 @@ Test(stats, stored_text_cannot_forge_or_overwrite_a_line_of_the_report, .timeout
     fixture_remove(path);
 }
 
+/* The closing line's command can be pasted as it is: a database whose
+ * path has a blank and a quote is named in single quotes there. */
+Test(stats, the_closing_lines_command_quotes_a_path_the_shell_would_split, .timeout = 120) {
+    char dir[] = "/tmp/pprun-stats-XXXXXX", db[96], want[200];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/it's a job.db", dir);
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--steps", "2", "--model", "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--progress", "off",
+                            "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    snprintf(want, sizeof want, "pprun run: more: pprun stats --db '%s/it'\\''s a job.db' --job 1\n", dir);
+    lt_assert_has(run.err, want);
+    lt_free(&run);
+    unlink(db);
+    rmdir(dir);
+}
+
 /* A real 4-rank job: its closing lines, `pprun stats` and SQL over the file agree. */
 Test(stats, a_real_job_agrees_with_sql_and_its_closing_lines, .timeout = 240) {
     char dir[] = "/tmp/pprun-stats-XXXXXX", db[64], want[160];
