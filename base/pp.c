@@ -450,9 +450,9 @@ int pp_parse_ranks(const char *s, int world, const char *what, unsigned char *ma
         }
         if (*p && *p != ',') break;
         if (hi < lo) return pp_fail(err, "%s '%s': in %ld-%ld the last rank comes before the first", what, s, lo, hi);
-        if (hi >= world)
+        if (world > 0 && hi >= world)
             return pp_fail(err, "%s '%s': rank %ld is past the last, %d", what, s, hi, world - 1);
-        for (long r = lo; mask && r <= hi; r++) mask[r] = 1;
+        for (long r = lo; mask && world > 0 && r <= hi; r++) mask[r] = 1;
         if (!*p) return 0;
         p++;
     }

@@ -120,7 +120,9 @@ int pp_parse_seconds_ns(const char *s, const char *what, uint64_t *out, pp_err *
 /* "0-7,512": ranks as N or FIRST-LAST (FIRST <= LAST) separated by
  * commas, plain decimal, none past world - 1 (which the message names),
  * into mask (world entries, set to 1 for each rank listed and 0 else; NULL:
- * only checked). `what` names the option in the message ("--ranks"). */
+ * only checked). world 0: the form alone is checked, before the job's
+ * ranks are known (mask NULL). `what` names the option in the message
+ * ("--ranks"). */
 int pp_parse_ranks(const char *s, int world, const char *what, unsigned char *mask, pp_err *err);
 
 /* FNV-1a, 64 bits: hash tables, names derived from keys, ETags.  Not for

@@ -240,6 +240,10 @@ Test(base, rank_lists) {
     static const unsigned char want[8] = {1, 1, 1, 0, 0, 1, 0, 1};
     cr_assert_arr_eq(mask, want, 8);
     cr_assert_eq(pp_parse_ranks("3-3", 8, "--ranks", NULL, &err), 0, "%s", err.msg);
+    /* world 0: the form alone, before the job's ranks are known; the job
+     * names its own last rank */
+    cr_assert_eq(pp_parse_ranks("2147483647,9999999999", 0, "--ranks", NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(pp_parse_ranks("3-1", 0, "--ranks", NULL, &err), -1);
     static const struct {
         const char *text, *says;
     } bad[] = {{"", "--ranks '' is not a list of ranks"},

@@ -970,6 +970,7 @@ Test(db_export, ranks_exports_only_those_ranks, .timeout = 60) {
         const char *ranks, *says;
     } bad[] = {
         {"0-4", "--ranks '0-4': rank 4 is past the last, 3"},
+        {"2147483647", "--ranks '2147483647': rank 2147483647 is past the last, 3"},
         {"2-1", "--ranks '2-1': in 2-1 the last rank comes before the first"},
         {"1,", "--ranks '1,' is not a list of ranks: give N or FIRST-LAST, separated by commas"},
         {"", "--ranks '' is not a list of ranks"},

@@ -987,6 +987,10 @@ Test(web, trace_json_of_some_steps_has_their_ops_only) {
     /* named as the query's parameter, not as pprun export's option */
     cr_assert_str_eq(str(j, "error"), "ranks '2-9': rank 9 is past the last, 3");
     cJSON_Delete(j);
+    /* the largest rank there is: past this job's last too, not the parser's */
+    j = get_json("/api/jobs/1/trace.json?ranks=2147483647", 404);
+    cr_assert_str_eq(str(j, "error"), "ranks '2147483647': rank 2147483647 is past the last, 3");
+    cJSON_Delete(j);
     j = get_json("/api/jobs/1/trace.json?ranks=1;", 400);
     cr_assert(strstr(str(j, "error"), "ranks '1;' is not a list of ranks"), "%s", str(j, "error"));
     cJSON_Delete(j);

@@ -436,7 +436,7 @@ void route_trace(route_req *q, reply *r) {
         reply_error(r, 400, "steps: %s", err.msg);
         return;
     }
-    if (ranks && pp_parse_ranks(ranks, INT_MAX, "ranks", NULL, &err) != 0) {
+    if (ranks && pp_parse_ranks(ranks, 0, "ranks", NULL, &err) != 0) {
         free(only);
         reply_error(r, 400, "%s", err.msg);
         return;

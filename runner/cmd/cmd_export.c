@@ -89,7 +89,7 @@ int cmd_export(int argc, char **argv) {
         return 2;
     }
     /* its form now; the ranks the job has once it is read */
-    if (ranks && pp_parse_ranks(ranks, INT_MAX, "--ranks", NULL, &err) != 0) {
+    if (ranks && pp_parse_ranks(ranks, 0, "--ranks", NULL, &err) != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);
         return 2;
     }
