@@ -355,7 +355,8 @@ void sqlproc_spawner_stop(sqlproc_spawner *sp) {
     uint64_t deadline = pp_deadline_ns(SPAWNER_STOP_MS);
     for (int ms; (ms = pp_ms_left(deadline)) > 0;) {
         struct pollfd p = {.fd = sp->fd, .events = POLLIN};
-        if (poll(&p, 1, ms) != 0 && !(p.revents == 0 && errno == EINTR)) break;
+        if (poll(&p, 1, ms) < 0 && errno == EINTR) continue;
+        break;
     }
 }
 
