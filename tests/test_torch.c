@@ -1196,7 +1196,10 @@ static void records_of(const char *db, char *buf, size_t size) {
  * imports pprun.torch before torch (--mode torch-first: its import hook
  * runs while pprun.torch is half made) is traced the same, as is a
  * _batch_p2p that calls itself through the module (torch 2.14's
- * per-direction p2p, --mode per-direction): each op once. */
+ * per-direction p2p, --mode per-direction): each op once; and a schedule
+ * that calls the stage's methods by keyword (--mode keywords: each
+ * argument by its name, which the wrappers once refused with a TypeError
+ * that PyTorch's methods do not raise). */
 Test(torch, the_extensions_wrappers_record_what_pythons_record, .timeout = 900) {
     static const struct {
         const char *mode, *says;
@@ -1204,7 +1207,8 @@ Test(torch, the_extensions_wrappers_record_what_pythons_record, .timeout = 900) 
                 {"ctypes", "wrapper=function\n"},
                 {"works", "works=12\n"},
                 {"torch-first", "wrapper=wrapper\n"},
-                {"per-direction", "nested=12\n"}};
+                {"per-direction", "nested=12\n"},
+                {"keywords", "keywords=36\n"}};
     enum { RUNS = sizeof runs / sizeof runs[0] };
     static char records[RUNS][16384];
     for (int i = 0; i < RUNS; i++) {
@@ -1226,6 +1230,7 @@ Test(torch, the_extensions_wrappers_record_what_pythons_record, .timeout = 900) 
     cr_assert_str_eq(records[2], records[0], "a batch of Works against one Work");
     cr_assert_str_eq(records[3], records[0], "pprun.torch imported before torch against after it");
     cr_assert_str_eq(records[4], records[0], "a batched p2p that calls itself against one that does not");
+    cr_assert_str_eq(records[5], records[0], "the stage's methods called by keyword against by position");
 }
 
 /* An exception in a stage's forward: PyTorch prints the rank's traceback

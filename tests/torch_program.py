@@ -25,6 +25,9 @@ torch.device).
 --mode plain: nothing more; rank 0 prints which wrapper forward_one_chunk
   has ("wrapper=wrapper": pprun._op's, "wrapper=function": Python's).
 --mode ctypes: plain with pprun._op unimportable, as longjob-ctypes.
+--mode keywords: plain with every call of the stage's chunk methods made
+  by keyword (fwd_chunk_id=..., args=..., as a schedule of the program's
+  own may call them); rank 0 prints how many ("keywords=N").
 --mode per-direction: plain with a _batch_p2p that calls itself, as torch
   2.14's with per-direction p2p (TORCH_DISTRIBUTED_PIPELINE_PER_DIRECTION_P2P)
   issues a batch of two communicators' ops: each communicator's through
@@ -69,6 +72,7 @@ torch.device).
 
 Under pprun, pprun is imported for its spans (else they do nothing)."""
 import argparse
+import inspect
 import contextlib
 import os
 import sys
@@ -251,6 +255,23 @@ class Lookahead(torch.optim.Optimizer):
         return self.inner.step(closure)
 
 
+def keyword_calls(stage, calls):
+    """Every call of stage's chunk methods made with each argument by its
+    name (calls[0] counts them)."""
+    for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk", "get_fwd_send_ops",
+                 "get_fwd_recv_ops", "get_bwd_send_ops", "get_bwd_recv_ops"):
+        method = getattr(type(stage), name)  # pprun's wrapper under pprun, PyTorch's method outside it
+        signature = inspect.signature(method)
+
+        def by_keyword(*a, _method=method, _signature=signature, **kw):
+            named = dict(_signature.bind(stage, *a, **kw).arguments)
+            named.pop("self")
+            calls[0] += 1
+            return _method(stage, **named)
+
+        setattr(stage, name, by_keyword)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes",
@@ -258,7 +279,7 @@ def main():
                                                           "torch-first", "evals-wrap", "raise-first", "slow-peer",
                                                           "slow-peer-ctypes", "early-pool",
                                                           "own-batch-p2p", "own-batch-p2p-waits",
-                                                          "own-batch-p2p-ctypes", "optimizers"])
+                                                          "own-batch-p2p-ctypes", "optimizers", "keywords"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -275,6 +296,8 @@ def main():
         opt, aux = Lookahead(opt), nn.Linear(DIM, DIM)
         aux_opt = torch.optim.SGD(aux.parameters(), lr=0.05)
     waited = [0]
+    if args.mode == "keywords":
+        keyword_calls(stage, waited)
     if args.mode == "works":
         batches_of_works(waited)
     if args.mode == "per-direction":
@@ -338,8 +361,8 @@ def main():
             print("loss step=%d microbatch=%d value=%r" % (step, mb, loss.item()), flush=True)
         if args.mode.startswith("longjob") and step == 0:
             pprun._step[0] = 2**31 - 1
-    if rank == 0 and args.mode in ("works", "per-direction"):
-        print("%s=%d" % ("works" if args.mode == "works" else "nested", waited[0]), flush=True)
+    if rank == 0 and args.mode in ("works", "per-direction", "keywords"):
+        print("%s=%d" % ("nested" if args.mode == "per-direction" else args.mode, waited[0]), flush=True)
     if args.mode == "early-pool":
         _pool.close()
         _pool.join()

@@ -300,6 +300,13 @@ def _at_exit():
 # ---- ops --------------------------------------------------------------------
 
 
+def _chunk_id(args, kwargs, name):
+    """The microbatch a stage's method is called for: its first argument,
+    or by PyTorch's name for it (fwd_chunk_id, bwd_chunk_id); None where
+    neither is given."""
+    return args[0] if args else kwargs.get(name)
+
+
 def _wrap_compute(orig, op):
     """forward_one_chunk (op b"F"), backward_one_chunk (b"BW": PyTorch's
     full backward; b"B" when the schedule splits it, full_backward=False)
@@ -308,22 +315,27 @@ def _wrap_compute(orig, op):
     built, its C wrapper runs their common case and this one the rest
     (_fast)."""
 
+    chunk_name = "fwd_chunk_id" if op == b"F" else "bwd_chunk_id"
+
     @functools.wraps(orig)
-    def wrapper(self, chunk_id, *args, **kwargs):
-        if op != b"F" and _st.eval is not None:  # later torch's forward-only GPipe calls them; they do nothing
-            return orig(self, chunk_id, *args, **kwargs)
+    def wrapper(self, *args, **kwargs):
+        chunk_id = _chunk_id(args, kwargs, chunk_name)
+        if chunk_id is None or (op != b"F" and _st.eval is not None):
+            # no chunk id: PyTorch's own TypeError; later torch's forward-only
+            # GPipe calls the backward ops, which do nothing
+            return orig(self, *args, **kwargs)
         device = getattr(self, "device", None)  # a torch.device, or as the program gave it ("cpu")
         g = None if _HOST.get(id(device)) is device else _gpu.begin(device)
         t0 = _clock()
         _in_op.depth = getattr(_in_op, "depth", 0) + 1
         try:
-            out = orig(self, chunk_id, *args, **kwargs)
+            out = orig(self, *args, **kwargs)
         finally:
             _in_op.depth -= 1
         t1 = _clock()
         phase, mb, stage, step, t = op, chunk_id, self.stage_index, pprun._step[0], _st.t
         # backward_one_chunk(bwd_chunk_id, loss=None, full_backward=True, last_backward=False)
-        if op == b"BW" and not kwargs.get("full_backward", args[1] if len(args) > 1 else True):
+        if op == b"BW" and not kwargs.get("full_backward", args[2] if len(args) > 2 else True):
             phase = b"B"
         elif op == b"F" and _st.eval is not None:
             phase, mb = _phase_mb(op, mb)
@@ -369,9 +381,14 @@ def _inside_op():
 def _wrap_get_ops(orig, phase):
     """A stage's get_*_ops: each P2POp learns what it carries."""
 
+    chunk_name = "fwd_chunk_id" if phase.endswith(b"_F") else "bwd_chunk_id"
+
     @functools.wraps(orig)
-    def get_ops(self, chunk_id, *args, **kwargs):
-        ops = orig(self, chunk_id, *args, **kwargs)
+    def get_ops(self, *args, **kwargs):
+        ops = orig(self, *args, **kwargs)
+        chunk_id = _chunk_id(args, kwargs, chunk_name)
+        if chunk_id is None:  # PyTorch took a call without one: nothing to tag
+            return ops
         if _st.eval is not None:
             tag, mb = _phase_mb(phase, chunk_id)
         else:  # the step's global microbatch, as the compute ops'
