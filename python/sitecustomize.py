@@ -92,6 +92,9 @@ def _run_shadowed():
         where = os.path.dirname(os.path.abspath(spec.origin))
         rest = [p for p in rest if os.path.abspath(p or os.curdir) != where]
     module = importlib.util.module_from_spec(spec)
+    # `import sitecustomize` is then the program's own, as without pprun:
+    # the import of this file keeps what sys.modules holds once it has run
+    sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
 
 

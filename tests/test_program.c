@@ -1391,26 +1391,27 @@ Test(program_run, a_failure_is_named_by_the_line_before_the_log_records_after_it
 /* A PYTHONPATH that already holds pprun's python/ (a checkout) besides the
  * copy `pprun run` adds: one finder, no error (each copy ran the other,
  * RecursionError, a finder a level), and the sitecustomize both shadow
- * runs once. */
+ * runs once, and is the module `import sitecustomize` gives. */
 Test(program_run, two_copies_of_pprun_sitecustomize_install_one_finder, .timeout = 120) {
     const char *dir = tfix_mkdir("distsite");
     char site[512], pythonpath[1200];
     snprintf(site, sizeof site, "%s/sitecustomize.py", dir);
     FILE *f = fopen(site, "w");
     cr_assert_not_null(f);
-    fputs("print('the distribution sitecustomize ran', flush=True)\n", f);
+    fputs("print('the distribution sitecustomize ran', flush=True)\nFLAG = 42\n", f);
     fclose(f);
     snprintf(pythonpath, sizeof pythonpath, "PYTHONPATH=%s/../python:%s", PPRUN_EXAMPLES_DIR, dir);
     const char *env[] = {pythonpath, NULL};
     const char *args[] = {"run", "--db", tfix_path("twosites.db"), "--nproc-per-node", "2", "--steps", "1", "--",
                           "python3", "-c",
-                          "import sys; print('finders', sum(type(f).__name__ == '_PprunFinder' for f in "
-                          "sys.meta_path))",
+                          "import sys, sitecustomize; print('finders', sum(type(f).__name__ == '_PprunFinder' "
+                          "for f in sys.meta_path), 'flag', getattr(sitecustomize, 'FLAG', None))",
                           NULL};
     lt_proc p;
     lt_run(&p, args, env);
-    lt_assert_has(p.out, "[0]: finders 1");
-    lt_assert_has(p.out, "[1]: finders 1");
+    /* `import sitecustomize` is the program's own, as without pprun */
+    lt_assert_has(p.out, "[0]: finders 1 flag 42");
+    lt_assert_has(p.out, "[1]: finders 1 flag 42");
     cr_assert_null(strstr(p.err, "Error in sitecustomize"), "%s", p.err);
     cr_assert_null(strstr(p.err, "RecursionError"), "%s", p.err);
     const char *ran = strstr(p.out, "the distribution sitecustomize ran");
