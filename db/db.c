@@ -1387,9 +1387,13 @@ int db_job_steps_traced(db *d, int64_t job_id, pp_err *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(d->sql,
                            /* an evaluation's ops (EVAL_*) are under the step before them: a
-                            * program that only evaluates traced no step */
+                            * program that only evaluates traced no step; a span names the step
+                            * the program says (a batch prefetched for the next one), so spans
+                            * count only where no op does (a program that records spans alone) */
                            "UPDATE jobs SET steps=coalesce((SELECT step + 1 FROM events WHERE job_id=?1 AND"
-                           " substr(phase, 1, 5) <> 'EVAL_' ORDER BY step DESC LIMIT 1), 0) WHERE id=?1",
+                           " substr(phase, 1, 5) <> 'EVAL_' AND phase <> 'SPAN' ORDER BY step DESC LIMIT 1),"
+                           " (SELECT step + 1 FROM events WHERE job_id=?1 AND phase = 'SPAN' ORDER BY step DESC"
+                           " LIMIT 1), 0) WHERE id=?1",
                            -1, &st, NULL) != SQLITE_OK)
         return db_fail(d, sqlite3_errcode(d->sql), "setting the steps traced", err);
     sqlite3_bind_int64(st, 1, job_id);

@@ -1137,6 +1137,32 @@ Test(program_run, a_module_runs_as_many_steps_as_it_likes, .timeout = 120) {
     sqlite3_close(s);
 }
 
+static void run_python_program(lt_proc *p, const char *db, const char *path);
+
+/* A span may name a step no op of the program has (a batch prefetched
+ * for the next step, pprun.span("data", step=step + 1)): the job's steps
+ * are those its ops traced, 3 here, not the span's 4. */
+Test(program_run, a_span_of_the_next_step_is_no_step_traced, .timeout = 120) {
+    char path[512];
+    write_program("prefetch", "prefetch.py",
+                  "import time, pprun, pprun._trace as trace\n"
+                  "t = trace.tracer()\n"
+                  "for k in range(3):\n"
+                  "    with pprun.span('data', step=k + 1):\n"
+                  "        pass\n"
+                  "    a = time.monotonic_ns()\n"
+                  "    assert t.op(b'F', 0, k, 0, 0, -1, 0, a, a + 1000) == 1\n",
+                  path, sizeof path);
+    const char *db = tfix_path("prefetch.db");
+    lt_proc p;
+    run_python_program(&p, db, path);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    cr_assert_eq(tfix_q_int(s, "SELECT max(step) FROM events WHERE phase='SPAN'"), 3);
+    cr_assert_eq(tfix_q_int(s, "SELECT steps FROM jobs"), 3, "the steps its ops traced");
+    sqlite3_close(s);
+}
+
 /* Bad arguments from a real program (python3, ctypes): an end past
  * INT64_MAX (its record once failed the collector's analysis of the step
  * and stopped the job's trace), a start of 2^63, a span name that is not
