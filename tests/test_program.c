@@ -1386,6 +1386,40 @@ Test(program_run, a_chained_exception_is_named_from_where_it_started, .timeout =
     }
 }
 
+/* A Python rank's failure is the exception its last traceback ends with,
+ * whatever follows it (an atexit handler's line) and however many lines
+ * its message has (the first has its type); an exception group by its
+ * own line; a message line ending in ':' with the line under it
+ * (torch.compile's "BackendCompilerFailed: backend='bad' raised:" then
+ * the backend's error); a chain of three by the first and the last. */
+Test(program_run, a_pythons_failure_is_the_exception_its_traceback_ends_with, .timeout = 120) {
+    static const struct {
+        const char *text, *said;
+    } cases[] = {
+        {"raise ValueError('line1\\nline2')\n", "exited with code 1: ValueError: line1"},
+        {"import atexit, sys\n"
+         "atexit.register(lambda: print('wandb: Synced 5 W&B file(s)', file=sys.stderr))\n"
+         "raise ValueError('boom')\n",
+         "exited with code 1: ValueError: boom"},
+        {"raise ExceptionGroup('boom', [ValueError('x')])\n",
+         "exited with code 1: ExceptionGroup: boom (1 sub-exception)"},
+        {"raise RuntimeError(\"backend='bad' raised:\\nValueError: my backend broke\\n\\nYou can suppress this "
+         "exception by setting:\\n    import torch._dynamo\\n\")\n",
+         "exited with code 1: RuntimeError: backend='bad' raised: ValueError: my backend broke"},
+        {"try:\n    {}['batch']\nexcept KeyError:\n    try:\n        raise OSError('disk')\n"
+         "    except OSError:\n        raise RuntimeError('the loader gave up')\n",
+         "exited with code 1: KeyError: 'batch' (then: RuntimeError: the loader gave up)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[32];
+        snprintf(dir, sizeof dir, "traceback%zu", i);
+        char *failure = failure_of(dir, cases[i].text);
+        const char *at = strstr(failure, ") exited with code");
+        cr_assert(at && strcmp(at + 2, cases[i].said) == 0, "case %zu: %s", i, failure);
+        free(failure);
+    }
+}
+
 /* Log records a rank wrote after its cause (logging at INFO while it shut
  * down, a warning of gloo's or Python's) are not what it died saying:
  * the line before them is, and a rank that said nothing else is named by

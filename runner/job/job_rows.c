@@ -327,6 +327,92 @@ static int log_noise(const char *text, int len) {
     return memmem(text, (size_t)len, "Warning: ", 9) && !memmem(text, (size_t)len, "Error", 5);
 }
 
+/* A Python traceback's first line: 1 for "Traceback (most recent call
+ * last):", 2 for an exception group's ("+ Exception Group Traceback ...":
+ * its lines are then marked "| "), else 0. */
+static int traceback_header(const char *text, int len) {
+    if (line_is(text, len, "Traceback (most recent call last):")) return 1;
+    if (line_is(text, len, "+ Exception Group Traceback (most recent call last):")) return 2;
+    return 0;
+}
+
+/* The line of tail that starts at *at (moved to the next one): its text as
+ * line_text gives it, a group's "| " mark taken off. */
+static int next_line(const char *tail, int *at, int group, const char **text, int *indented) {
+    const char *p = tail + *at, *nl = strchr(p, '\n');
+    int raw = nl ? (int)(nl - p) : (int)strlen(p);
+    *at += raw + (nl != NULL);
+    int len = line_text(p, raw, text, indented);
+    if (group && len >= 2 && (*text)[0] == '|' && (*text)[1] == ' ') {
+        *indented = len > 2 && blank((*text)[2]);
+        while (len > 0 && ((*text)[0] == '|' || blank((*text)[0]))) (*text)++, len--;
+    }
+    return len;
+}
+
+/* The exception that ends the traceback whose header line starts at
+ * tail[at]: the first line under the header that is not indented (its
+ * frames are), and where it ends in ':' the line under it too
+ * ("RuntimeError:" then PyTorch's "[Stage 1] failed to run forward:";
+ * torch.compile's "BackendCompilerFailed: backend='bad' raised:" then the
+ * backend's error), into out; -1 where none came. A message of several
+ * lines is named by its first, which has the exception's type. */
+static int traceback_exception(const char *tail, int at, char *out, size_t n) {
+    const char *text;
+    int indented, len, group = 0;
+    len = next_line(tail, &at, 0, &text, &indented);
+    group = traceback_header(text, len) == 2;
+    while (tail[at]) {
+        len = next_line(tail, &at, group, &text, &indented);
+        if (len <= 0 || indented) continue;
+        const char *under = NULL;
+        int under_len = 0;
+        while (text[len - 1] == ':' && tail[at] && (under_len = next_line(tail, &at, group, &under, &indented)) == 0) {
+        }
+        snprintf(out, n, under_len > 0 ? "%.*s %.*s" : "%.*s", len, text, under_len, under);
+        return 0;
+    }
+    return -1;
+}
+
+/* What a Python rank died of, from the last traceback in its stderr tail,
+ * into out: that exception, and where it was raised from another or while
+ * handling one ("The above exception was the direct cause ...", "During
+ * handling ..."), the one the chain started with first:
+ * "KeyError: 'batch' (then: RuntimeError: the loader gave up)". Lines
+ * after it (an atexit handler's, a logger's) are not the cause. -1 where
+ * the tail has no traceback (then last_line's reading of its last lines). */
+static int python_exception(const char *tail, char *out, size_t n) {
+    enum { KEEP = 32 };
+    int start[KEEP], chained[KEEP], count = 0, marked = 0; /* the last KEEP headers; whether a chain led to each */
+    for (int at = 0, line_at; tail[at];) {
+        const char *text;
+        int indented;
+        line_at = at;
+        int len = next_line(tail, &at, 0, &text, &indented);
+        if (traceback_header(text, len)) {
+            if (count == KEEP) {
+                memmove(start, start + 1, (KEEP - 1) * sizeof *start);
+                memmove(chained, chained + 1, (KEEP - 1) * sizeof *chained);
+                count--;
+            }
+            start[count] = line_at, chained[count++] = marked;
+        }
+        if (len > 0)
+            marked = line_is(text, len, "The above exception was the direct cause of the following exception:") ||
+                     line_is(text, len, "During handling of the above exception, another exception occurred:");
+    }
+    char last[512], first[512];
+    if (count == 0 || traceback_exception(tail, start[count - 1], last, sizeof last) != 0) return -1;
+    int k = count - 1;
+    while (k > 0 && chained[k]) k--;
+    if (k < count - 1 && traceback_exception(tail, start[k], first, sizeof first) == 0)
+        snprintf(out, n, "%.*s (then: %.*s)", (int)strlen(first), first, (int)strlen(last), last);
+    else
+        snprintf(out, n, "%s", last);
+    return 0;
+}
+
 /* What a rank died saying, from its stderr tail, into out: the last line
  * that says something (a worker's message, a Python exception), prefixes,
  * blanks and log records after it (log_noise) dropped; when lines under it are indented (an exception
@@ -341,6 +427,7 @@ static void last_line(const char *tail, char *out, size_t n) {
     const char *last = NULL, *under = NULL, *text;
     int last_len = 0, under_len = 0, end = (int)strlen(tail), indented, len;
     out[0] = '\0';
+    if (python_exception(tail, out, n) == 0) return;
     while ((len = prev_line(tail, &end, &text, &indented)) >= 0) {
         if (!len) continue;
         /* the lines seen so far were all indented: under it, its own (a
