@@ -1129,6 +1129,39 @@ Test(web, queries_run_apart_from_the_server_and_end_with_it, .timeout = 60) {
     serve((http_options){.conn_timeout_s = 2});
 }
 
+/* A spawner that does not answer (stopped: SIGSTOP, a debugger) holds no
+ * query past its deadline, and the server still stops. */
+Test(web, a_stopped_spawner_holds_no_query_past_its_deadline, .timeout = 60) {
+    restart_with((http_options){.conn_timeout_s = 30, .sql_time_limit_ns = 1000000000ull});
+    webclient_resp r = {0};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, post_long_query, &r), 0); /* its process names the spawner */
+    pid_t query = 0, spawner = 0;
+    for (int i = 0; i < 500 && !query; i++) {
+        query = find_query_process(&spawner);
+        if (!query) usleep(10000);
+    }
+    cr_assert(query, "no serve-query process over %s", dbpath);
+    pthread_join(t, NULL);
+    cr_assert_eq(r.status, 408, "%d %s", r.status, r.body ? r.body : "");
+    webclient_free(&r);
+    cr_assert_eq(kill(spawner, SIGSTOP), 0);
+    uint64_t t0 = pp_now_ns();
+    r = post_sql("{\"sql\": \"SELECT 1\"}");
+    double took = (double)(pp_now_ns() - t0) / 1e9;
+    cr_assert(r.status == 500 && strstr(r.body, "the server's spawner of query processes did not answer by the "
+                                                "deadline"), "%d %s", r.status, r.body);
+    cr_assert(took < 4, "the query waited %.1f s against a 1 s limit", took);
+    webclient_free(&r);
+    t0 = pp_now_ns();
+    http_stop(srv);
+    cr_assert(pp_now_ns() - t0 < 8000000000ull, "the server's stop waited on the spawner");
+    kill(spawner, SIGCONT); /* it ends, its socket gone */
+    for (int i = 0; i < 200 && process_alive(spawner); i++) usleep(10000);
+    cr_assert(!process_alive(spawner), "the spawner %d runs on", (int)spawner);
+    serve((http_options){.conn_timeout_s = 2});
+}
+
 Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {
     webclient_resp r = post_sql("{\"sql\": \"SELECT phase, count(*) AS n FROM events WHERE step=0 AND phase IN ('F','B','W') GROUP BY phase ORDER BY phase\"}");
     cr_assert_eq(r.status, 200, "%s", r.body);

@@ -126,6 +126,7 @@ static int read_answer(int fd, uint64_t deadline_ns, size_t cap, char **out, siz
 enum {
     LINE_STARTED = 1, /* the spawner's: value, the child's pid */
     LINE_NOT_STARTED, /* the spawner's: value, why (an errno) */
+    LINE_FULL,        /* the spawner's: it runs SQLPROC_CHILDREN_MAX queries already */
     LINE_ENDED,       /* the spawner's: value, the child's wait status */
     LINE_KILL         /* the server's: end the child now (so does the line's end) */
 };
@@ -191,14 +192,23 @@ static void spawner_exec(char **argv, int in, int out, int report) {
 static void spawner_start(char *req, size_t len, const int fds[3]) {
     char *field[REQUEST_FIELDS];
     size_t nf = 0;
-    for (size_t at = 0; at < len && nf < REQUEST_FIELDS; nf++) {
+    for (size_t at = 0; len > 0 && req[len - 1] == 0 && at < len && nf < REQUEST_FIELDS; nf++) {
         field[nf] = req + at;
         at += strlen(req + at) + 1;
     }
     int place = -1;
     for (int i = 0; i < SQLPROC_CHILDREN_MAX && place < 0; i++)
         if (spawner_children[i].pid == 0) place = i;
-    int e = nf != REQUEST_FIELDS ? EINVAL : place < 0 ? EAGAIN : 0, report[2];
+    if (place < 0) {
+        close(fds[0]), close(fds[1]);
+        line_say(fds[2], LINE_FULL, 0);
+        close(fds[2]);
+        return;
+    }
+    /* a request whose server gave up waiting (the spawner was stopped a
+     * while): nobody reads the child */
+    struct pollfd gone = {.fd = fds[2], .events = POLLIN};
+    int e = nf != REQUEST_FIELDS ? EINVAL : poll(&gone, 1, 0) != 0 ? ECANCELED : 0, report[2];
     pid_t pid = -1;
     if (!e && pipe2(report, O_CLOEXEC) != 0) e = errno;
     if (!e) {
@@ -248,8 +258,8 @@ static void spawner_reap(void) {
 
 /* One message of the server's socket into req; its descriptors in fds.
  * Returns its length, 0 at the socket's end, -1 (errno); *whole is 0 for
- * a message cut short or with other than three descriptors (any that
- * came closed). */
+ * a message cut short (said on its line) or with other than three
+ * descriptors (any that came closed). */
 static ssize_t spawner_recv(int sock, char *req, size_t cap, int fds[3], int *whole) {
     union {
         struct cmsghdr align;
@@ -267,9 +277,15 @@ static ssize_t spawner_recv(int sock, char *req, size_t cap, int fds[3], int *wh
                 if (nfds < 3) fds[nfds++] = fd;
                 else close(fd);
             }
-    *whole = got > 0 && nfds == 3 && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && req[got - 1] == 0;
-    if (!*whole)
+    *whole = got > 0 && nfds == 3 && !(mh.msg_flags & MSG_CTRUNC);
+    if (*whole && (mh.msg_flags & MSG_TRUNC)) { /* too long for a request: said so on its line */
+        close(fds[0]), close(fds[1]);
+        line_say(fds[2], LINE_NOT_STARTED, EMSGSIZE);
+        close(fds[2]);
+        *whole = 0;
+    } else if (!*whole) {
         for (int k = 0; k < nfds; k++) close(fds[k]);
+    }
     return got;
 }
 
@@ -281,7 +297,7 @@ static void spawner_main(int sock) {
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     sigprocmask(SIG_BLOCK, &chld, NULL);
-    int sfd = signalfd(-1, &chld, SFD_CLOEXEC);
+    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     struct pollfd p[2 + SQLPROC_CHILDREN_MAX];
     int child_of[2 + SQLPROC_CHILDREN_MAX];
     while (sfd >= 0) {
@@ -384,7 +400,9 @@ static int line_read(int line, uint64_t deadline_ns, line_msg *m) {
 /* Has sp start the child (the request and its three descriptors) and
  * waits for its answer: 0 with the server's ends of the child's input
  * (a socket: net_write_all's, which never raises SIGPIPE), its output and
- * its line, or the errno why not (ESHUTDOWN: the spawner is gone). */
+ * its line, or the errno why not (ESHUTDOWN: the spawner is gone;
+ * ETIMEDOUT: it did not answer by the deadline), or SPAWNER_FULL. */
+#define SPAWNER_FULL (-1)
 static int start_child(sqlproc_spawner *sp, const char *exe, const char *db_path, const usersql_limits *lim,
                        uint64_t deadline, int *to_child, int *from_child, int *line) {
     char req[REQUEST_MAX];
@@ -416,15 +434,25 @@ static int start_child(sqlproc_spawner *sp, const char *exe, const char *db_path
     h->cmsg_type = SCM_RIGHTS;
     h->cmsg_len = CMSG_LEN(sizeof fds);
     memcpy(CMSG_DATA(h), fds, sizeof fds);
+    /* by the deadline: a spawner that does not read (stopped) must not
+     * hold this worker, and with it the server's stop */
     ssize_t w;
-    while ((w = sendmsg(sp->fd, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    for (;;) {
+        w = sendmsg(sp->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w >= 0 || (errno != EINTR && errno != EAGAIN)) break;
+        struct pollfd p = {.fd = sp->fd, .events = POLLOUT};
+        int ms = pp_ms_left(deadline);
+        if (ms <= 0 || (poll(&p, 1, ms) == 0 && pp_ms_left(deadline) <= 0)) {
+            errno = ETIMEDOUT;
+            break;
+        }
     }
     int e = w < 0 ? (errno == EPIPE || errno == ECONNRESET ? ESHUTDOWN : errno) : 0;
     close(in[0]), close(out[1]), close(ln[1]);
     line_msg m;
     int got = e ? 1 : line_read(ln[0], deadline, &m);
-    if (!e) e = got == 0 ? ESHUTDOWN : got < 0 ? ETIMEDOUT : m.kind == LINE_NOT_STARTED ? m.value
-                : m.kind != LINE_STARTED ? EPROTO : 0;
+    if (!e) e = got == 0 ? ESHUTDOWN : got < 0 ? ETIMEDOUT : m.kind == LINE_FULL ? SPAWNER_FULL
+                : m.kind == LINE_NOT_STARTED ? m.value : m.kind != LINE_STARTED ? EPROTO : 0;
     if (e) {
         close(in[1]), close(out[0]), close(ln[0]);
         return e;
@@ -443,13 +471,15 @@ void sqlproc_run(sqlproc_spawner *sp, const char *exe, const char *db_path, cons
         reply_error(r, 503, "the server is stopping");
         return;
     }
-    if (e == EAGAIN) {
+    if (e == SPAWNER_FULL) {
         reply_error(r, 503, "busy: %d queries run at once; try again", SQLPROC_CHILDREN_MAX);
         return;
     }
     if (e) {
         reply_error(r, 500, "cannot start the query's process (%s): %s", exe,
-                    e == ESHUTDOWN ? "the server's spawner of query processes is gone" : strerror(e));
+                    e == ESHUTDOWN    ? "the server's spawner of query processes is gone"
+                    : e == ETIMEDOUT  ? "the server's spawner of query processes did not answer by the deadline"
+                                      : strerror(e));
         return;
     }
     /* a child that stopped before reading it says why below */
@@ -495,6 +525,8 @@ void sqlproc_run(sqlproc_spawner *sp, const char *exe, const char *db_path, cons
         reply_error(r, 500,
                     "the query's process died of signal %d (SIG%s): SQLite could not run it; the server goes on",
                     WTERMSIG(st), name ? name : "?");
+    } else if (!whole && got == 0) {
+        reply_error(r, 500, "the server's spawner of query processes died while the query ran");
     } else if (!whole || (known && !killed && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))) {
         reply_error(r, 500, "the query's process ended without a whole answer (exit %d)",
                     known && WIFEXITED(st) ? WEXITSTATUS(st) : -1);

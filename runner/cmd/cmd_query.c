@@ -250,11 +250,12 @@ static int run_bounded(const char *db, const char *sql, const usersql_limits *li
                 (double)lim->time_limit_ns / 1e9);
         return 2;
     }
-    if (WIFSIGNALED(st) && printed) return 128 + WTERMSIG(st); /* a reader gone (SIGPIPE): as this process's own end */
+    /* a reader gone (SIGPIPE, while printing): as this process's own end */
+    if (WIFSIGNALED(st) && printed && WTERMSIG(st) == SIGPIPE) return 128 + SIGPIPE;
     if (WIFSIGNALED(st)) {
         const char *name = sigabbrev_np(WTERMSIG(st));
-        fprintf(stderr, "pprun query: the query's process died of signal %d (SIG%s): SQLite could not run it\n",
-                WTERMSIG(st), name ? name : "?");
+        fprintf(stderr, "pprun query: the query's process died of signal %d (SIG%s)%s\n", WTERMSIG(st),
+                name ? name : "?", printed ? " while it printed the rows" : ": SQLite could not run it");
         return 1;
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
