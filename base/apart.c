@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -37,7 +38,37 @@ static void apart_settle(int sock) {
     sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-int apart_fork(const char *what, int sock, pp_err *err) {
+#define APART_MAX 8 /* helpers noted at once: a launcher's guard and its dashboard's spawner */
+
+static pthread_mutex_t apart_mu = PTHREAD_MUTEX_INITIALIZER;
+static pid_t apart_sessions[APART_MAX]; /* 0: a free place */
+
+static void apart_note(pid_t sid) {
+    pthread_mutex_lock(&apart_mu);
+    for (int i = 0; i < APART_MAX; i++)
+        if (apart_sessions[i] == 0) {
+            apart_sessions[i] = sid;
+            break;
+        }
+    pthread_mutex_unlock(&apart_mu);
+}
+
+void apart_forget(pid_t sid) {
+    pthread_mutex_lock(&apart_mu);
+    for (int i = 0; i < APART_MAX; i++)
+        if (apart_sessions[i] == sid) apart_sessions[i] = 0;
+    pthread_mutex_unlock(&apart_mu);
+}
+
+int apart_is_helper(pid_t sid) {
+    int found = 0;
+    pthread_mutex_lock(&apart_mu);
+    for (int i = 0; i < APART_MAX && !found && sid > 0; i++) found = apart_sessions[i] == sid;
+    pthread_mutex_unlock(&apart_mu);
+    return found;
+}
+
+pid_t apart_fork(const char *what, int sock, pp_err *err) {
     /* No signal between the forks: a handler of the caller's must not run
      * in the middle child or the helper. */
     sigset_t all, old;
@@ -58,5 +89,6 @@ int apart_fork(const char *what, int sock, pp_err *err) {
     while (waitpid(mid, &st, 0) < 0 && errno == EINTR) {
     }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return pp_fail(err, "%s: fork: the second fork failed", what);
-    return 1;
+    apart_note(mid); /* the middle child led the helper's session (setsid): its id is the session's */
+    return mid;
 }

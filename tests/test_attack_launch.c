@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "helpers/trace_fixture.h"
+#include "helpers/web_client.h"
 #include "launch_testutil.h"
 #include "runner/comm/comm.h"
 #include "runner/job/job_blame.h"
@@ -842,6 +843,75 @@ Test(attack_launch, a_run_id_that_is_a_path_step_is_refused) {
     cr_assert_neq(stat("attempt_0", &st), 0, "a log folder outside --log-dir");
     cr_assert_neq(stat(logs, &st), 0, "nothing under --log-dir either");
     cr_assert_eq(chdir(cwd), 0);
+}
+
+/* 1 once the file at path holds text, within seconds. */
+static int file_has_within(const char *path, const char *text, int seconds) {
+    for (int i = 0; i < seconds * 20; i++) {
+        size_t len;
+        char *got = lt_slurp(path, &len);
+        int has = got && strstr(got, text);
+        free(got);
+        if (has) return 1;
+        usleep(50000);
+    }
+    return 0;
+}
+
+/* `pprun run --serve` as a container's first process (PID 1 of its PID
+ * namespace, here unshare's): the helpers it forks apart from its process
+ * tree (its guard, its dashboard's spawner of query processes: base/apart.h)
+ * come back to it as its children. Its end of an attempt once took them
+ * for the job's leftovers and killed them: every query then failed
+ * ("the server's spawner of query processes is gone"). Queries answer
+ * while the job runs and after it, which succeeds, and Ctrl-C leaves
+ * nothing behind. */
+static pid_t pid_1_group; /* killed at the test's end, whatever it found */
+static void kill_pid_1_group(void) {
+    if (pid_1_group > 0) kill(-pid_1_group, SIGKILL);
+}
+
+Test(attack_launch, a_launcher_that_is_pid_1_keeps_its_helpers, .timeout = 180) {
+    const char *unshare = "unshare -p -f --mount-proc";
+    if (system("unshare -p -f --mount-proc true 2>/dev/null") != 0) {
+        unshare = "unshare -r -p -f --mount-proc";
+        if (system("unshare -r -p -f --mount-proc true 2>/dev/null") != 0)
+            cr_skip_test("a launcher that is PID 1 needs a PID namespace: unshare -p is not allowed here");
+    }
+    const char *db = path_of("pid1.db"), *err = path_of("pid1.err");
+    int port = lt_free_port();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "exec %s %s run --nproc-per-node 2 --steps 30 --model %s --progress off --serve 127.0.0.1:%d --db %s "
+             "2>%s",
+             unshare, PPRUN_BIN, TIMED, port, db, err);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    pid_1_group = pid;
+    atexit(kill_pid_1_group);
+    cr_assert(file_has_within(err, "dashboard at", 60), "no dashboard");
+    const char *sql = "{\"sql\": \"SELECT count(*) AS n FROM jobs\"}";
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "POST", "/api/sql", NULL, sql, &r), 0);
+    cr_assert(r.status == 200 && strstr(r.body, "\"rows\":[[1]]"), "while the job runs: %d %s", r.status, r.body);
+    webclient_free(&r);
+    cr_assert(file_has_within(err, "the job is over; the dashboard stays at", 120), "the job did not end");
+    cr_assert_eq(webclient_request(port, "POST", "/api/sql", NULL, sql, &r), 0);
+    cr_assert(r.status == 200 && strstr(r.body, "\"rows\":[[1]]"), "after the job: %d %s", r.status, r.body);
+    webclient_free(&r);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'succeeded'"), 1, "%s", job_row(db, 1));
+    kill(-pid, SIGINT);
+    int st;
+    waitpid(pid, &st, 0);
+    pid_1_group = 0;
+    assert_nothing_left(NULL, 0, db, 10);
+    assert_integrity_ok(db);
 }
 
 /* A host name with control characters (sethostname takes any bytes; here

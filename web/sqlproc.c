@@ -350,7 +350,7 @@ int sqlproc_spawner_start(sqlproc_spawner *sp, pp_err *err) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         return pp_fail(err, "the SQL queries' spawner: socketpair: %s", strerror(errno));
-    int rc = apart_fork("the SQL queries' spawner", sv[1], err);
+    pid_t rc = apart_fork("the SQL queries' spawner", sv[1], err);
     if (rc == 0) {
         spawner_main(3);
         _exit(0);
@@ -361,6 +361,7 @@ int sqlproc_spawner_start(sqlproc_spawner *sp, pp_err *err) {
         return -1;
     }
     sp->fd = sv[0];
+    sp->group = rc;
     return 0;
 }
 
@@ -374,6 +375,7 @@ void sqlproc_spawner_stop(sqlproc_spawner *sp) {
         if (poll(&p, 1, ms) < 0 && errno == EINTR) continue;
         break;
     }
+    apart_forget(sp->group);
 }
 
 void sqlproc_spawner_close(sqlproc_spawner *sp) {

@@ -24,6 +24,8 @@
 #ifndef PP_WEB_SQLPROC_H
 #define PP_WEB_SQLPROC_H
 
+#include <sys/types.h>
+
 #include "base/pp.h"
 #include "db/usersql.h"
 #include "web/reply.h"
@@ -43,6 +45,7 @@
  * the spawner. */
 typedef struct sqlproc_spawner {
     int fd;              /* the socket to the spawner; -1 before it started */
+    pid_t group;         /* its session (base/apart.h) */
     _Atomic int stopping;
 } sqlproc_spawner;
 

@@ -176,7 +176,7 @@ int launch_spawn_helper(char *const *argv, const launch_env *env, const int fds[
 }
 
 typedef struct {
-    pid_t pid, ppid, pgrp;
+    pid_t pid, ppid, pgrp, session;
     char state;
     int mark;
 } proc_row;
@@ -210,15 +210,15 @@ static size_t read_procs(proc_row **rows) {
         buf[len] = '\0';
         /* "pid (comm) S ppid ...": comm may hold spaces and ')'. */
         char *rp = strrchr(buf, ')');
-        int ppid, pgrp;
+        int ppid, pgrp, session;
         char st;
-        if (!rp || sscanf(rp + 1, " %c %d %d", &st, &ppid, &pgrp) != 3) continue;
+        if (!rp || sscanf(rp + 1, " %c %d %d %d", &st, &ppid, &pgrp, &session) != 4) continue;
         if (n == cap) {
             proc_row *nr = realloc(r, (cap *= 2) * sizeof *nr);
             if (!nr) break;
             r = nr;
         }
-        r[n++] = (proc_row){(pid_t)atoi(e->d_name), (pid_t)ppid, (pid_t)pgrp, st, 0};
+        r[n++] = (proc_row){(pid_t)atoi(e->d_name), (pid_t)ppid, (pid_t)pgrp, (pid_t)session, st, 0};
     }
     closedir(d);
     *rows = r;
@@ -269,7 +269,9 @@ static int signal_tree(pid_t root, int sig, const pid_t *skip_groups, size_t nsk
     int live = 0;
     for (size_t i = 0; i < n; i++) {
         if (rows[i].mark != 1 || rows[i].state == 'Z' || rows[i].state == 'X') continue;
-        if (in_groups(rows[i].pgrp, keep_groups, nkeep)) continue;
+        /* the launcher's own helpers (its guard, its dashboard's spawner)
+         * are its children only where it is init (base/apart.h) */
+        if (in_groups(rows[i].pgrp, keep_groups, nkeep) || apart_is_helper(rows[i].session)) continue;
         live++;
         if (sig && !in_groups(rows[i].pgrp, skip_groups, nskip)) kill(rows[i].pid, sig);
     }
@@ -356,7 +358,8 @@ typedef struct guard_msg {
 #define GUARD_BYE_NS 2000000000ull /* for the guard to exit once told goodbye */
 
 struct launch_guard {
-    int fd; /* the launcher's end of the socket */
+    int fd;      /* the launcher's end of the socket */
+    pid_t group; /* the guard's session (base/apart.h) */
 };
 
 extern char **environ;
@@ -480,7 +483,7 @@ int launch_guard_start(launch_guard **out, pp_err *err) {
     }
     /* Outside the launcher's tree (base/apart.h): its descendant walks and
      * waitpid(-1) never see the guard. */
-    int rc = apart_fork("the guard", sv[1], err);
+    pid_t rc = apart_fork("the guard", sv[1], err);
     if (rc == 0) {
         guard_main(3);
         _exit(0);
@@ -492,6 +495,7 @@ int launch_guard_start(launch_guard **out, pp_err *err) {
         return -1;
     }
     g->fd = sv[0];
+    g->group = rc;
     *out = g;
     return 0;
 }
@@ -574,5 +578,6 @@ void launch_guard_stop(launch_guard *g) {
         }
     }
     close(g->fd);
+    apart_forget(g->group);
     free(g);
 }
