@@ -148,6 +148,10 @@ int db_check_version(sqlite3 *sql, const char *path, int64_t *version, pp_err *e
                        "%s: the database has schema version %lld, newer than this pprun understands (%d); "
                        "use a newer pprun or another file",
                        path, (long long)v, DB_SCHEMA_VERSION);
+    if (v < 0)
+        return pp_fail(err, "%s: schema version %lld, which no pprun writes: not a pprun trace database (or one "
+                            "whose user_version another program changed)",
+                       path, (long long)v);
     if (v == 0 && tables > 0)
         return pp_fail(err, "%s: an SQLite database that is not a pprun trace database (tables but no schema version)",
                        path);

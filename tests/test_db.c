@@ -74,6 +74,24 @@ Test(db, refuses_a_newer_schema_and_foreign_files_naming_them) {
     snprintf(newer, sizeof newer, "version %d", DB_SCHEMA_VERSION + 1);
     cr_assert(strstr(err.msg, "new.db") && strstr(err.msg, newer) && strstr(err.msg, "newer"), "%s", err.msg);
 
+    /* a negative version, which no pprun writes (the writer's migration
+     * once indexed its table with it: a crash), refused by writers and
+     * readers alike, the file unchanged */
+    for (int k = 0; k < 2; k++) {
+        d = open_fresh("negative.db");
+        sqlite3_exec(db_sqlite(d), k ? "PRAGMA user_version=-2147483648" : "PRAGMA user_version=-1", NULL, NULL, NULL);
+        db_close(d);
+        cr_assert_eq(db_open(tfix_path("negative.db"), &d, &err), -1);
+        cr_assert(strstr(err.msg, "negative.db") && strstr(err.msg, "which no pprun writes: not a pprun trace database"),
+                  "%s", err.msg);
+        sqlite3 *r;
+        cr_assert_eq(db_open_readonly("--db", tfix_path("negative.db"), &r, &err), -1);
+        cr_assert(strstr(err.msg, "which no pprun writes"), "%s", err.msg);
+        sqlite3_open(tfix_path("negative.db"), &r);
+        cr_assert_eq(tfix_q_int(r, "PRAGMA user_version"), k ? INT32_MIN : -1, "unchanged");
+        sqlite3_close(r);
+    }
+
     sqlite3 *s;
     sqlite3_open(tfix_path("other.db"), &s);
     sqlite3_exec(s, "CREATE TABLE t(x)", NULL, NULL, NULL);
