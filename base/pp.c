@@ -658,7 +658,8 @@ void pp_format_size(uint64_t n, char *buf, size_t cap) {
     snprintf(buf, cap, "%llu%s", (unsigned long long)n, units[u]);
 }
 
-int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err *err) {
+/* pp_parse_duration_ns up to max_ns. */
+static int duration_ns(const char *s, const char *what, double max_ns, uint64_t *out, pp_err *err) {
     static const struct { const char *suffix; double mult; } units[] = {
         {"", 1e6}, {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9},
     };
@@ -668,7 +669,7 @@ int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err 
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(end, units[i].suffix) == 0) {
             double ns = v * units[i].mult;
-            if (ns > 1e13) return pp_fail(err, "%s: duration '%s' is too long", what, s);
+            if (ns > max_ns) return pp_fail(err, "%s: duration '%s' is too long (at most %gs)", what, s, max_ns / 1e9);
             *out = (uint64_t)llround(ns);
             return 0;
         }
@@ -676,12 +677,18 @@ int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err 
     return pp_fail(err, "%s: unknown duration unit in '%s'; accepted: ns, us, ms, s", what, s);
 }
 
+int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err *err) {
+    return duration_ns(s, what, 1e13, out, err);
+}
+
 int pp_parse_seconds_ns(const char *s, const char *what, uint64_t *out, pp_err *err) {
     size_t n = s ? strlen(s) : 0;
     pp_err tmp;
-    if (n && isdigit((unsigned char)s[0]) && isalpha((unsigned char)s[n - 1])) /* with a unit: its own words */
-        return pp_parse_duration_ns(s, what, out, &tmp) == 0 ? 0
-                                                             : pp_fail(err, "%s; or seconds (e.g. 5, 0.5)", tmp.msg);
+    /* with a unit: its own words, up to the plain seconds' bound (86400s
+     * was refused where 86400 was taken) */
+    if (n && isdigit((unsigned char)s[0]) && isalpha((unsigned char)s[n - 1]))
+        return duration_ns(s, what, 1e15, out, &tmp) == 0 ? 0
+                                                          : pp_fail(err, "%s; or seconds (e.g. 5, 0.5)", tmp.msg);
     double v;
     if (pp_parse_double(s, 0, 1e6, what, &v, &tmp) != 0)
         return pp_fail(err, "%s: expected seconds (e.g. 5, 0.5) or a duration with a unit (100ms, 2s), got '%s'", what,

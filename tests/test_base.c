@@ -155,7 +155,9 @@ Test(base, numbers_are_plain_decimal_whatever_strtod_reads) {
 Test(base, timeouts_are_seconds_or_a_duration) {
     static const struct { const char *text; uint64_t ns; } ok[] = {
         {"5", 5000000000ull}, {"0.5", 500000000ull}, {"100ms", 100000000ull}, {"2s", 2000000000ull}, {"0", 0},
-        {"1.001", 1001000000ull}};
+        {"1.001", 1001000000ull},
+        /* with a unit as far as without one: 86400s was too long where 86400 was not */
+        {"86400s", 86400000000000ull}, {"20000000ms", 20000000000000ull}, {"1000000s", 1000000000000000ull}};
     pp_err err;
     uint64_t v;
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
@@ -169,6 +171,7 @@ Test(base, timeouts_are_seconds_or_a_duration) {
         {"0x10s", "--recv-timeout: '0x10s' is not a decimal number; expected a duration like 2ms, 500us or 1s; or "
                   "seconds (e.g. 5, 0.5)"},
         {"", "--recv-timeout: expected seconds (e.g. 5, 0.5) or a duration with a unit (100ms, 2s), got ''"},
+        {"1000001s", "--recv-timeout: duration '1000001s' is too long (at most 1e+06s); or seconds (e.g. 5, 0.5)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         cr_assert_eq(pp_parse_seconds_ns(bad[i].text, "--recv-timeout", &v, &err), -1, "'%s' accepted", bad[i].text);

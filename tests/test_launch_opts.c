@@ -278,6 +278,7 @@ Test(launch_opts, pprun_run_refuses_numbers_that_are_not_plain_decimal) {
         {"--model", "timed:f=1ms,,b=1ms", "--model: empty item in 'f=1ms,,b=1ms'"},
         {"--recv-timeout", "0x10s", "--recv-timeout: '0x10s' is not a decimal number"},
         {"--recv-timeout", "86401", "--recv-timeout: accepted: 1ms to 86400s (a day), got '86401'"},
+        {"--recv-timeout", "86401s", "--recv-timeout: accepted: 1ms to 86400s (a day), got '86401s'"},
         {"--schedule-costs", "f=0x10,b=1,w=1",
          "--schedule-costs f: expected a decimal number in [0, 1e+13], got '0x10'"},
         {"--schedule-costs", "f=1,,b=1,w=1", "--schedule-costs: empty item in 'f=1,,b=1,w=1'"},

@@ -781,6 +781,18 @@ Test(run, ctrl_c_after_the_job_ends_the_dashboard_and_tidies_the_database, .time
     lt_free(&p);
 }
 
+/* The longest --recv-timeout the launcher takes, a day, the workers take
+ * too: from 10,000 s up they refused it as too long (the job started,
+ * every rank exited 2, and 86400s itself was refused before it). */
+Test(run, the_longest_recv_timeout_runs, .timeout = 120) {
+    const char *db = tfix_path("day.db");
+    char *out;
+    cr_assert_eq(sh(&out, "%s run --nproc-per-node 2 --steps 1 --model timed:f=1ms,b=1ms,w=1ms,act=4KiB --progress off "
+                          "--recv-timeout 86400s --db '%s'",
+                    PPRUN_BIN, db), 0, "%s", out);
+    free(out);
+}
+
 static void assert_succeeded_jobs(const char *db, int n);
 
 /* Under `pprun run --serve` a user's query runs in a process the
