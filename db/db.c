@@ -7,6 +7,7 @@
 #include "base/shape.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -312,6 +313,24 @@ static int open_file(const char *path, db **out, pp_err *err);
  * that was there is never removed. */
 const char *const db_files[DB_FILES] = {"", "-wal", "-shm", "-journal"};
 const char *const db_file_roles[DB_FILES] = {"", "WAL file", "shared-memory file", "rollback journal"};
+
+void db_file_path(const char *db, size_t i, char *out, size_t n) {
+    char real[PATH_MAX];
+    const char *base = db;
+    if (i > 0 && realpath(db, real)) { /* a file there (through its links) */
+        base = real;
+    } else if (i > 0 && errno == ENOENT) { /* not yet: its folder's links resolved */
+        const char *slash = strrchr(db, '/');
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - db) + (slash == db) : 1, slash ? db : ".");
+        char resolved[PATH_MAX];
+        if (realpath(dir, resolved) && strlen(resolved) + strlen(slash ? slash + 1 : db) + 2 <= sizeof real) {
+            snprintf(real, sizeof real, "%s/%s", strcmp(resolved, "/") == 0 ? "" : resolved, slash ? slash + 1 : db);
+            base = real;
+        }
+    }
+    snprintf(out, n, "%s%s", base, db_files[i < DB_FILES ? i : 0]);
+}
 
 int db_open(const char *path, db **out, pp_err *err) {
     char wal[4096], shm[4096];

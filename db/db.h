@@ -112,6 +112,11 @@ extern const char *const db_files[DB_FILES];
 /* What each of db_files is, for messages: "" (the database), "WAL file",
  * ...: a user named the database, not the file beside it. */
 extern const char *const db_file_roles[DB_FILES];
+/* The path of the database db's file i (0 .. DB_FILES - 1) into out[n]:
+ * db as given for the database itself; for a file beside it, db with its
+ * symbolic links resolved, as SQLite names it (a WAL is kept beside the
+ * file a link points to, not beside the link), then the suffix. */
+void db_file_path(const char *db, size_t i, char *out, size_t n);
 sqlite3 *db_sqlite(db *d);
 const char *db_path(const db *d);
 /* 0 while its path still names the file db_open opened, else -1 with err

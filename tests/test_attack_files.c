@@ -820,6 +820,10 @@ Test(attack, an_output_that_is_an_input_is_refused_and_nothing_changes) {
         {"export --db t.db --out h.db", {"--out h.db: is the same file as --db t.db", "nothing was changed"}},
         {"export --db l.db --out t.db", {"--out t.db: is the same file as --db l.db", "nothing was changed"}},
         {"export --db t.db --out t.db-wal", {"--out t.db-wal: is the WAL file of --db t.db, which this command reads", "nothing was changed"}},
+        /* SQLite keeps the WAL of a database named through a link beside the file it points to */
+        {"export --db l.db --out t.db-wal", {"--out t.db-wal: is the WAL file of --db l.db, which this command reads", "nothing was changed"}},
+        {"run " TIMED " --db l.db --metrics t.db-shm", {"--metrics t.db-shm: is the shared-memory file of --db l.db",
+                                                        "also writes"}},
         {"checkpoint merge c --out c/latest", {"--out c/latest: is inside DIR c", "name a file outside it"}},
         {"checkpoint merge c --out c/step_0/merged.ckpt", {"--out c/step_0/merged.ckpt: is inside DIR c", "reads"}},
         {"checkpoint merge ./c/ --out c/new.ckpt", {"--out c/new.ckpt: is inside DIR ./c/", "reads"}},

@@ -67,8 +67,8 @@ int cmd_export(int argc, char **argv) {
     /* --out over --db (or the files SQLite keeps beside it) would replace
      * the database, every job in it, by one job's JSON */
     for (size_t i = 0; outpath && i < DB_FILES; i++) {
-        char file[4200];
-        snprintf(file, sizeof file, "%s%s", dbpath, db_files[i]);
+        char file[PATH_MAX + 16]; /* db_file_path resolves links */
+        db_file_path(dbpath, i, file, sizeof file);
         if (file_output_not_input(outpath, "--out", file, "--db", 0, &err) != 0) {
             /* named as the user gave it: --db main.db, whose WAL file main.db-wal is */
             if (i)

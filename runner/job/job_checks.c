@@ -3,6 +3,7 @@
 #include "runner/job/job_checks.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,8 +57,8 @@ static int weights_not_outputs(const run_job *job, const char *name, pp_err *err
     char weights[sizeof cfg->save_weights + 32];
     snprintf(weights, sizeof weights, "%s/%s", cfg->save_weights, name);
     for (size_t b = 0; cfg->trace && job->lo.node_rank == 0 && b < DB_FILES; b++) {
-        char file[sizeof cfg->db + 16];
-        snprintf(file, sizeof file, "%s%s", cfg->db, db_files[b]);
+        char file[PATH_MAX + 16]; /* db_file_path resolves links */
+        db_file_path(cfg->db, b, file, sizeof file);
         if (file_output_not_input(file, "--db", weights, "--save-weights'", FILE_INPUT_WRITTEN, err) != 0) return -1;
     }
     return file_output_not_input(cfg->metrics, "--metrics", weights, "--save-weights'", FILE_INPUT_WRITTEN, err);
@@ -87,8 +88,8 @@ static int check_output_folders(const run_job *job, pp_err *err) {
  * and a failed open removed a planted -journal. */
 static int check_db(const char *path, pp_err *err) {
     for (size_t i = 0; i < DB_FILES; i++) {
-        char file[sizeof ((run_config *)0)->db + 16];
-        snprintf(file, sizeof file, "%s%s", path, db_files[i]);
+        char file[PATH_MAX + 16]; /* db_file_path resolves links */
+        db_file_path(path, i, file, sizeof file);
         if (file_output_check(file, "--db", err) != 0) return -1;
     }
     return 0;
@@ -113,8 +114,8 @@ static int check_outputs_not_inputs(const run_job *job, pp_err *err) {
     if (cfg->checkpoint_dir[0]) snprintf(latest, sizeof latest, "%s/latest", cfg->checkpoint_dir);
     int db = cfg->trace && job->lo.node_rank == 0;
     for (size_t b = 0; db && b < DB_FILES; b++) {
-        char file[sizeof cfg->db + 16];
-        snprintf(file, sizeof file, "%s%s", cfg->db, db_files[b]);
+        char file[PATH_MAX + 16]; /* db_file_path resolves links */
+        db_file_path(cfg->db, b, file, sizeof file);
         for (size_t i = 0; i < sizeof in / sizeof in[0] - 1; i++) /* all but --schedule-costs, the last */
             if (file_output_not_input(file, "--db", in[i].path, in[i].what, 0, err) != 0) return -1;
         if (file_output_not_input(file, "--db", latest, "--checkpoint-dir's", FILE_INPUT_WRITTEN, err) != 0)
