@@ -269,10 +269,10 @@ static int check_overlaps(checker *ck, pp_err *err) {
         for (int i = 0; i < plan->len[r]; i++) {
             const sched_action *a = &plan->actions[r][i];
             if (!sched_overlaps(plan, r, i)) continue;
-            mark(ck, r, i);
             if (i + 1 >= plan->len[r]) {
                 snprintf(detail, sizeof detail, "rank %d's last action %s overlaps nothing after it", r,
                          sched_action_str(a, a1));
+                mark(ck, r, i);
                 return sched_reject(plan, err, ck->marks, rule, detail);
             }
             const sched_action *b = &plan->actions[r][i + 1];
@@ -287,10 +287,10 @@ static int check_overlaps(checker *ck, pp_err *err) {
                          "them as two cells to run one after the other)",
                          r, a1, a2, a->stage);
             else {
-                ck->marks[r] = -1;
                 i++; /* the pair's B */
                 continue;
             }
+            mark(ck, r, i); /* only here: finding a cell's slot walks its row, once a pair is quadratic */
             return sched_reject(plan, err, ck->marks, rule, detail);
         }
     return 0;
