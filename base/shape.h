@@ -16,6 +16,11 @@
 #define PP_SHAPE_MAX_MICROBATCHES 100000 /* pprun schedule --microbatches */
 #define PP_SHAPE_MAX_ACTIONS 10000000L   /* stages x microbatches x 3 ops (F, B, W) */
 #define PP_SHAPE_MAX_ACTIONS_TEXT "10 million"
+/* A schedule's grid (ranks x time steps, idle cells too: the CSV form,
+ * the validator's): 4 cells an action of the largest schedule, for its
+ * bubbles. A CSV's rows are as wide as their commas make them. */
+#define PP_SHAPE_MAX_GRID_CELLS (4 * PP_SHAPE_MAX_ACTIONS)
+#define PP_SHAPE_MAX_GRID_CELLS_TEXT "40 million"
 
 /* The upper bounds alone, for a shape read back from a database: there a
  * count below 1 means the job has no pipeline shape (pprun launch), which

@@ -360,7 +360,15 @@ static int alloc_lists(const reader *rd, expansion *ex, pp_err *err) {
 /* The grid, every cell idle: as wide as the widest row. */
 static int alloc_grid(const reader *rd, expansion *ex, pp_err *err) {
     ex->nslots = 0;
-    for (int r = 0; r < ex->p; r++) ex->nslots = rd->row_width[r] > ex->nslots ? rd->row_width[r] : ex->nslots;
+    int widest = 0;
+    for (int r = 0; r < ex->p; r++)
+        if (rd->row_width[r] > ex->nslots) ex->nslots = rd->row_width[r], widest = r;
+    /* every row is as wide as the widest: bounded before it is made (a
+     * line of 300,000 commas among 1,024 rows asked for 6 GB) */
+    if ((long long)ex->p * ex->nslots > PP_SHAPE_MAX_GRID_CELLS)
+        return pp_fail(err, "%s: line %d is %d cells wide, and every one of the %d rows is as wide as the widest: "
+                            "%lld cells, more than " PP_SHAPE_MAX_GRID_CELLS_TEXT,
+                       rd->what, widest + 1, ex->nslots, ex->p, (long long)ex->p * ex->nslots);
     if (!(ex->slots = calloc((size_t)ex->p, sizeof *ex->slots))) return pp_fail(err, "%s: out of memory", rd->what);
     size_t width = ex->nslots > 0 ? (size_t)ex->nslots : 1;
     for (int r = 0; r < ex->p; r++) {

@@ -337,6 +337,27 @@ Test(sched_csv, more_rows_than_ranks_are_refused_at_the_row) {
     free(csv);
 }
 
+/* Every row is as wide as the widest: 1,024 rows, the first 300,003
+ * cells wide (its commas), asked for 307 million cells (6 GB, 25 s)
+ * from a 300 KB file; refused before the grid is made, naming the line.
+ * The same rows, the first at its own width, are a schedule. */
+Test(sched_csv, a_grid_too_wide_for_its_rows_is_refused_at_its_widest_line) {
+    size_t cap = 300000 + 1024 * 24, n = 0;
+    char *csv = malloc(cap);
+    cr_assert_not_null(csv);
+    memset(csv, ',', 300000);
+    n = 300000;
+    for (int r = 0; r < 1024; r++) n += (size_t)snprintf(csv + n, cap - n, "%dF0,%dB0,%dW0\n", r, r, r);
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_parse_csv(csv, n, "wide.csv", &plan, &err), -1, "accepted");
+    cr_assert(strstr(err.msg, "wide.csv: line 1 is 300003 cells wide, and every one of the 1024 rows is as wide as "
+                              "the widest: 307203072 cells, more than 40 million"), "%s", err.msg);
+    cr_assert_eq(sched_parse_csv(csv + 300000, n - 300000, "wide.csv", &plan, &err), 0, "%s", err.msg);
+    sched_free(plan);
+    free(csv);
+}
+
 Test(sched_csv, a_byte_order_mark_and_trailing_blanks_are_not_cells) {
     sched_plan *plan = parse("\xef\xbb\xbf" "0F0,0F1,,0B0,0W0,,0B1,0W1\r\n,1F0,1B0,1W0,1F1,1B1,1W1\r\n\t\r\n \n");
     cr_assert_eq(plan->ranks, 2);
