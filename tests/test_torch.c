@@ -920,10 +920,12 @@ static void program_run(lt_proc *p, const char *db, const char *mode) {
  * auxiliary model's optimizer stepped after the program's own 50 ms of
  * work was recorded as an OPT of the step, which stretched the step over
  * that work (a 12 ms step measured 57 ms, its bubble 95%). */
-Test(torch, an_opt_is_the_stages_optimizer_once_a_step, .timeout = 300) {
-    const char *db = tfix_path("optimizers.db");
+static void one_opt_a_step(const char *mode) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.db", mode);
+    const char *db = tfix_path(name);
     lt_proc p;
-    program_run(&p, db, "optimizers");
+    program_run(&p, db, mode);
     cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
     cr_assert_eq(lt_count(p.out, "done rank"), 2, "%s\n%s", p.out, p.err);
     sqlite3 *s = open_db(db);
@@ -937,6 +939,14 @@ Test(torch, an_opt_is_the_stages_optimizer_once_a_step, .timeout = 300) {
     sqlite3_close(s);
     lt_free(&p);
 }
+
+Test(torch, an_opt_is_the_stages_optimizer_once_a_step, .timeout = 300) { one_opt_a_step("optimizers"); }
+
+/* A program that builds its model, stage, schedule and optimizer anew
+ * mid-training (mode rebuild, at step 1): the new optimizer's step is
+ * each step's OPT from then on; it was taken for an auxiliary model's
+ * (the stages were the first schedule's), and steps 1 and 2 had none. */
+Test(torch, an_opt_follows_a_program_that_rebuilds_its_stages, .timeout = 300) { one_opt_a_step("rebuild"); }
 
 /* A DataLoader's workers are children the rank forked: their
  * pprun.span("load") records nothing and raises nothing (docs/torch.md);

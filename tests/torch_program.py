@@ -25,6 +25,9 @@ torch.device).
 --mode plain: nothing more; rank 0 prints which wrapper forward_one_chunk
   has ("wrapper=wrapper": pprun._op's, "wrapper=function": Python's).
 --mode ctypes: plain with pprun._op unimportable, as longjob-ctypes.
+--mode rebuild: at step 1 the program builds its model, stage, schedule
+  (the same class, the same microbatches) and optimizer anew, and trains
+  on with those.
 --mode keywords: plain with every call of the stage's chunk methods made
   by keyword (fwd_chunk_id=..., args=..., as a schedule of the program's
   own may call them); rank 0 prints how many ("keywords=N").
@@ -279,7 +282,7 @@ def main():
                                                           "torch-first", "evals-wrap", "raise-first", "slow-peer",
                                                           "slow-peer-ctypes", "early-pool",
                                                           "own-batch-p2p", "own-batch-p2p-waits",
-                                                          "own-batch-p2p-ctypes", "optimizers", "keywords"])
+                                                          "own-batch-p2p-ctypes", "optimizers", "keywords", "rebuild"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -331,6 +334,11 @@ def main():
         else:
             if args.mode == "remicrobatch" and step == 1:  # microbatches of the same size, twice as many
                 schedule = ScheduleGPipe(stage, 4, loss_fn=loss_fn)
+            if args.mode == "rebuild" and step == 1:
+                module = Stage(rank, args.mode)
+                stage = PipelineStage(module, rank, world, "cpu")
+                schedule = kind(stage, 2, loss_fn=loss_fn)
+                opt = torch.optim.SGD(module.parameters(), lr=0.05)
             n = BATCH * schedule._n_microbatches // 2
             with span("batch") if args.mode == "remicrobatch" else contextlib.nullcontext():
                 g = torch.Generator().manual_seed(step)

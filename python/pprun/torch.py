@@ -98,7 +98,9 @@ class _State:
         self.lock = threading.Lock()
         self.in_step = False     # inside a wrapped step() (one step, whichever class's step() it reaches)
         self.pipe = None         # the global ranks of this rank's pipeline (its stages' group), once declared
-        self.stages = ()         # (stage index, module) of this rank's stages, once declared
+        self.stages = ()         # (stage index, module) of this rank's stages, once declared; then its latest
+        #                          training schedule's (_follow_stages)
+        self.trainer = None      # a weak reference to the schedule of the latest training step
         self.dp_peer = {}        # process group -> its first rank where it is data-parallel, else -1 (_dp_peer)
         self.buckets = (0, {})   # (step, stage -> its next collective's number in the step) (_wrap_collective)
         self.grads = (-1, 0, {})  # (step, reads in it, data pointer -> stage) of the stages' parameters, gradients
@@ -749,6 +751,28 @@ def _other_schedule(sched):
                % (_st.t.rank, pprun._step[0], seen[0], seen[1], _st.declared_as[0], _st.declared_as[1]))
 
 
+def _follow_stages(sched):
+    """A training step of another schedule than the last one's, once one
+    was declared (a program that rebuilt its model, stages, schedule and
+    optimizer mid-training): its stages are the rank's from now on, so
+    that the new optimizer's step is the steps' OPT (_steps_stages)."""
+    last = _st.trainer() if _st.trainer is not None else None
+    if last is sched:
+        return
+    try:
+        _st.trainer = weakref.ref(sched)
+    except TypeError:  # a schedule that takes no weak reference: looked at every step
+        _st.trainer = None
+    if not _st.declared:
+        return
+    try:
+        stages = tuple((s.stage_index, getattr(s, "submod", None)) for s in _stages_of(sched))
+    except Exception:  # never raised into the program's step: the stages stay the declared ones
+        return
+    if len(stages) != len(_st.stages) or any(a is not b for (_, a), (_, b) in zip(stages, _st.stages)):
+        _st.stages = stages
+
+
 def _wrap_step(orig):
     @functools.wraps(orig)
     def step(self, *args, **kwargs):
@@ -773,6 +797,7 @@ def _wrap_step(orig):
             _st.trained = True
             _st.opt_t0.pop(threading.get_ident(), None)  # an optimizer step() that raised never ended
             _other_schedule(self)
+            _follow_stages(self)
         # The first training step declares the schedule before its first
         # record (its stages and microbatches bound the records), with
         # PyTorch's plan when it has one, else with the order it runs in,
