@@ -725,6 +725,29 @@ Test(attack_launch, a_launcher_killed_during_its_end_leaves_the_jobs_end) {
     lt_free(&p);
 }
 
+/* A rank's shell that exits 0 and leaves a process it started in the
+ * background (in its process group, never setsid), then the launcher
+ * SIGKILLed: the guard kills that process too. It forgot the rank's
+ * group once its leader was reaped, and the process lived on under init. */
+Test(attack_launch, what_a_finished_rank_left_running_dies_with_a_killed_launcher) {
+    const char *marker = "sleep 4321.25"; /* that process's command line alone: the script's says $n */
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--", "sh", "-c",
+                          "n=4321; if [ $RANK = 0 ]; then sleep $n.25 & exit 0; else sleep 60; fi", NULL};
+    lt_proc p;
+    lt_start(&p, args, NULL);
+    pid_t left = 0;
+    for (int i = 0; i < 600 && !left; i++) {
+        left = process_with(marker);
+        if (!left) usleep(10000);
+    }
+    cr_assert(left, "rank 0 never started its background process");
+    usleep(500000); /* rank 0's shell exits, and the launcher reaps it */
+    pid_t guard = kill_launcher(&p, "sleep $n.25");
+    assert_nothing_left(&left, 1, marker, 10);
+    assert_nothing_left(&guard, 1, NULL, 10);
+    lt_free(&p);
+}
+
 /* Two nodes; node 1's launcher is killed while the job runs. Its guard
  * kills its ranks (it has no database to write: node 0 has), node 0's
  * ranks lose their peers and node 0 ends the job, failed, in bounded time. */

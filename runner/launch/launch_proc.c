@@ -370,6 +370,7 @@ extern char **environ;
  * the old one in force. */
 #define GUARD_GROUPS (LAUNCH_MAX_NPROC + 1) /* every rank's, and a helper's (pprun run's MPS daemon) */
 static pid_t guard_groups[GUARD_GROUPS];
+static unsigned char guard_retired[GUARD_GROUPS]; /* its leader was reaped; members may live on */
 static size_t guard_ngroups;
 static char guard_in[sizeof(guard_msg) + GUARD_WILL_BYTES];
 static char guard_text[GUARD_WILL_BYTES];
@@ -414,14 +415,38 @@ static void guard_set_will(const char *text, size_t len) {
     guard_argv[argc] = NULL;
 }
 
+/* Whether process group g has no process left (its id may then be
+ * another group's one day: the guard must not kill it any more). */
+static int guard_group_empty(pid_t g) { return kill(-g, 0) != 0 && errno == ESRCH; }
+
+static void guard_forget(size_t k) {
+    guard_ngroups--;
+    guard_groups[k] = guard_groups[guard_ngroups];
+    guard_retired[k] = guard_retired[guard_ngroups];
+}
+
+/* The groups whose leader was reaped and that have emptied since: forgotten. */
+static void guard_sweep(void) {
+    for (size_t k = guard_ngroups; k-- > 0;)
+        if (guard_retired[k] && guard_group_empty(guard_groups[k])) guard_forget(k);
+}
+
+/* A rank's group began (v > 0), or its leader was reaped (v < 0): the
+ * group is kept until it is empty, since what the rank started (a
+ * background process of a shell rank) stays in it after the leader. */
 static void guard_group(pid_t v) {
-    if (v > 0 && guard_ngroups < GUARD_GROUPS) {
-        guard_groups[guard_ngroups++] = v;
+    if (v > 0) {
+        if (guard_ngroups == GUARD_GROUPS) guard_sweep();
+        if (guard_ngroups < GUARD_GROUPS) {
+            guard_groups[guard_ngroups] = v;
+            guard_retired[guard_ngroups++] = 0;
+        }
         return;
     }
     for (size_t k = 0; k < guard_ngroups; k++)
         if (guard_groups[k] == -v) {
-            guard_groups[k] = guard_groups[--guard_ngroups];
+            if (guard_group_empty(-v)) guard_forget(k);
+            else guard_retired[k] = 1;
             return;
         }
 }
@@ -435,6 +460,11 @@ static int guard_listen(int sock) {
         } ctl;
         struct iovec iov = {guard_in, sizeof guard_in};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+        struct pollfd p = {.fd = sock, .events = POLLIN};
+        if (poll(&p, 1, 1000) == 0) { /* a second without a message: the retired groups looked at */
+            guard_sweep();
+            continue;
+        }
         ssize_t got = recvmsg(sock, &mh, 0);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) return 0; /* EOF: the launcher is gone */
