@@ -748,6 +748,56 @@ Test(attack_launch, what_a_finished_rank_left_running_dies_with_a_killed_launche
     lt_free(&p);
 }
 
+/* A job's file deleted while it runs, and another job started on the
+ * same path (its job 1 too), then the first launcher SIGKILLed: its guard
+ * records nothing into the other job (it marked it failed, "its launcher
+ * was killed", and stored the first job's last records in it); a file
+ * deleted and not made again is not made by the guard either. */
+Test(attack_launch, a_killed_launchers_guard_records_only_into_its_own_job, .timeout = 180) {
+    const char *db = path_of("replaced.db");
+    char side[600];
+    const char *args[] = {"run", "--nproc-per-node", "2", "--steps", "1000", "--model", TIMED, "--progress", "off",
+                          "--db", db, NULL};
+    lt_proc a, b;
+    pid_t pids[2];
+    lt_start(&a, args, NULL);
+    wait_running(&a, db, 2, 10, pids);
+    for (int k = 0; k < 3; k++) {
+        snprintf(side, sizeof side, "%s%s", db, k == 0 ? "" : k == 1 ? "-wal" : "-shm");
+        unlink(side);
+    }
+    lt_start(&b, args, NULL);
+    pid_t bpids[2];
+    wait_running(&b, db, 2, 10, bpids);
+    pid_t guard = kill_launcher(&a, "replaced.db");
+    assert_nothing_left(pids, 2, NULL, 10);
+    assert_nothing_left(&guard, 1, NULL, 10);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'running' AND failure IS NULL"), 1,
+                 "%s", job_row(db, 1));
+    cr_assert_eq(q(db, 0, "SELECT count(DISTINCT ring) FROM ring_marks WHERE job_id = 1"), 2, "another job's rings");
+    kill(b.pid, SIGINT);
+    cr_assert(lt_wait_within(&b, 60), "the second job went on after Ctrl-C");
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'stopped'"), 1, "%s", job_row(db, 1));
+    assert_integrity_ok(db);
+    lt_free(&a);
+    lt_free(&b);
+
+    const char *gone = path_of("gone.db");
+    const char *args2[] = {"run", "--nproc-per-node", "2", "--steps", "1000", "--model", TIMED, "--progress", "off",
+                           "--db", gone, NULL};
+    lt_start(&a, args2, NULL);
+    wait_running(&a, gone, 2, 10, pids);
+    for (int k = 0; k < 3; k++) {
+        snprintf(side, sizeof side, "%s%s", gone, k == 0 ? "" : k == 1 ? "-wal" : "-shm");
+        unlink(side);
+    }
+    guard = kill_launcher(&a, "gone.db");
+    assert_nothing_left(pids, 2, NULL, 10);
+    assert_nothing_left(&guard, 1, NULL, 10);
+    cr_assert_neq(access(gone, F_OK), 0, "the guard made %s again", gone);
+    lt_free(&a);
+}
+
 /* Two nodes; node 1's launcher is killed while the job runs. Its guard
  * kills its ranks (it has no database to write: node 0 has), node 0's
  * ranks lose their peers and node 0 ends the job, failed, in bounded time. */

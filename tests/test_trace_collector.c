@@ -561,8 +561,9 @@ static int run_salvage(const char *path, int64_t job, pid_t launcher, int ring_f
     pid_t p = fork();
     if (p == 0) {
         if (dup2(ring_fd, 3) != 3) _exit(5);
-        execl(PPRUN_BIN, PPRUN_BIN, "salvage", "--db", path, "--job", jobs, "--launcher", pids, "--host", "test",
-              "--world-size", "2", "--steps", "150", "--rings", "1", "--first-rank", "0", (char *)NULL);
+        execl(PPRUN_BIN, PPRUN_BIN, "salvage", "--db", path, "--job", jobs, "--run-id", "fixture", "--launcher", pids,
+              "--host", "test", "--world-size", "2", "--steps", "150", "--rings", "1", "--first-rank", "0",
+              (char *)NULL);
         _exit(6);
     }
     int st;

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -60,6 +61,8 @@ static void tell_will(run_job *job, const job_outcome *end) {
     will_add(&w, db_path);
     will_add(&w, "--job");
     will_addf(&w, "%ld", (long)job->job_id);
+    will_add(&w, "--run-id"); /* its row's name: a file replaced since holds another job 1 */
+    will_add(&w, job->lo.run_id);
     will_add(&w, "--launcher");
     will_addf(&w, "%ld", (long)getpid());
     will_add(&w, "--host");
@@ -113,7 +116,7 @@ void job_salvage_disarm(run_job *job) {
 /* --- `pprun salvage`: carrying it out ------------------------------------------- */
 
 typedef struct salvage {
-    const char *db, *host, *ranks_ended, *failure;
+    const char *db, *run_id, *host, *ranks_ended, *failure;
     long job, launcher, world_size, steps, rings, first_rank, failed_rank;
 } salvage;
 
@@ -132,14 +135,15 @@ static int parse(int argc, char **argv, salvage *s, pp_err *err) {
                                                     : NULL;
         if (num && pp_parse_long(val, -1, 1L << 62, opt, num, err) != 0) return -1;
         if (!strcmp(opt, "--db")) s->db = val;
+        else if (!strcmp(opt, "--run-id")) s->run_id = val;
         else if (!strcmp(opt, "--host")) s->host = val;
         else if (!strcmp(opt, "--ranks-ended")) s->ranks_ended = val;
         else if (!strcmp(opt, "--failure")) s->failure = val;
         else if (!num) return pp_fail(err, "unknown option '%s'", opt);
     }
-    if (!s->db || !s->host || s->job < 1 || s->launcher < 1 || s->world_size < 1 || s->steps < 0 || s->rings < 0 ||
-        s->rings > LAUNCH_MAX_NPROC || s->first_rank < 0 || s->first_rank + s->rings > s->world_size)
-        return pp_fail(err, "needs --db, --host, --job, --launcher, --world-size and --steps; --rings and "
+    if (!s->db || !s->run_id || !s->host || s->job < 1 || s->launcher < 1 || s->world_size < 1 || s->steps < 0 ||
+        s->rings < 0 || s->rings > LAUNCH_MAX_NPROC || s->first_rank < 0 || s->first_rank + s->rings > s->world_size)
+        return pp_fail(err, "needs --db, --run-id, --host, --job, --launcher, --world-size and --steps; --rings and "
                             "--first-rank within the world");
     return 0;
 }
@@ -148,14 +152,18 @@ static int parse(int argc, char **argv, salvage *s, pp_err *err) {
  * just after it recorded the job's end leaves the row as it is; a `pprun
  * run` on the same file that started after the launcher died marked it
  * lost (db_mark_lost: its launcher is gone), maybe before this guard ran,
- * and what the rings hold is still the job's to keep (docs/launch.md). */
-static int still_running(db *d, long job) {
+ * and what the rings hold is still the job's to keep (docs/launch.md).
+ * The row is this job's by its name too: a file deleted and made again
+ * by another job since holds another job of that id. */
+static int still_running(db *d, long job, const char *run_id) {
     sqlite3_stmt *st;
     int running = 0;
-    if (sqlite3_prepare_v2(db_sqlite(d), "SELECT status IN ('running', 'lost') FROM jobs WHERE id = ?1", -1, &st,
+    if (sqlite3_prepare_v2(db_sqlite(d),
+                           "SELECT status IN ('running', 'lost') FROM jobs WHERE id = ?1 AND name = ?2", -1, &st,
                            NULL) != SQLITE_OK)
         return 0;
     sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_text(st, 2, run_id, -1, SQLITE_STATIC);
     if (sqlite3_step(st) == SQLITE_ROW) running = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
     return running;
@@ -213,9 +221,13 @@ int job_salvage_main(int argc, char **argv) {
     db *d;
     /* Nobody reads this process's output (the guard's is /dev/null): the
      * job's row is all it leaves, and a reader shows `lost` without it. */
-    if (parse(argc, argv, &s, &err) != 0 || db_open(s.db, &d, &err) != 0) return 2;
+    /* a file that is gone (deleted while the job ran) is not made again */
+    struct stat st;
+    if (parse(argc, argv, &s, &err) != 0 || stat(s.db, &st) != 0 || !S_ISREG(st.st_mode) ||
+        db_open(s.db, &d, &err) != 0)
+        return 2;
     int rc = 0;
-    if (still_running(d, s.job)) {
+    if (still_running(d, s.job, s.run_id)) {
         pp_err derr, ring_fault = {.msg = ""};
         char failure[2048];
         if (s.rings > 0) drain(&s, d, &ring_fault, &derr); /* what it could not store is lost; the end still goes in */
