@@ -1,9 +1,8 @@
 /* routes_sql.c: POST /api/sql (docs/api.md): a user's read-only query
  * (db/usersql.h) under the server's limits, its result as
  * report_sql_table writes it. The body is read on a worker of the SQL pool
- * (sqlpool.c), which runs the query in a process of its own (sqlproc.h;
- * on its own thread inside `pprun run --serve`) and waits for it: it may
- * take its whole time limit. */
+ * (sqlpool.c), which runs the query in a process of its own (sqlproc.h)
+ * and waits for it: it may take its whole time limit. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,7 +40,7 @@ static const char *body_members_bad(const cJSON *req, const char *body, size_t l
 }
 
 /* On a worker of the SQL pool: the query of q's body ({"sql": ...,
- * "max_rows": N}) run on q->db under the server's limits. */
+ * "max_rows": N}) run in a process of its own under the server's limits. */
 static void sql_query(route_req *q, reply *r) {
     const http_options *o = &q->s->o;
     const char *body = q->body;
