@@ -315,7 +315,7 @@ const char *const db_files[DB_FILES] = {"", "-wal", "-shm", "-journal"};
 const char *const db_file_roles[DB_FILES] = {"", "WAL file", "shared-memory file", "rollback journal"};
 
 void db_file_path(const char *db, size_t i, char *out, size_t n) {
-    char real[PATH_MAX];
+    char real[2 * PATH_MAX + 2]; /* a folder resolved, a name */
     const char *base = db;
     if (i > 0 && realpath(db, real)) { /* a file there (through its links) */
         base = real;
@@ -324,7 +324,7 @@ void db_file_path(const char *db, size_t i, char *out, size_t n) {
         char dir[PATH_MAX];
         snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - db) + (slash == db) : 1, slash ? db : ".");
         char resolved[PATH_MAX];
-        if (realpath(dir, resolved) && strlen(resolved) + strlen(slash ? slash + 1 : db) + 2 <= sizeof real) {
+        if (realpath(dir, resolved)) {
             snprintf(real, sizeof real, "%s/%s", strcmp(resolved, "/") == 0 ? "" : resolved, slash ? slash + 1 : db);
             base = real;
         }

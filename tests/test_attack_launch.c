@@ -830,6 +830,47 @@ Test(attack_launch, a_killed_node_leaves_no_process_and_node_0_ends_the_job) {
     lt_free(&n1);
 }
 
+/* Two nodes; node 0's ranks are done (exit 0) and it waits for node 1's,
+ * whose launcher is then killed. Node 1 never tells how the attempt
+ * ended, and node 0 waited for it forever (646 s and on): its ranks, done,
+ * lose no peer. Node 0 sees node 1's launcher gone (its connection to the
+ * store closed) and ends the job, failed, naming it, in seconds. */
+Test(attack_launch, a_node_killed_while_the_others_wait_for_it_ends_the_job, .timeout = 120) {
+    const char *db = path_of("waiting.db");
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *script = "n=4321; if [ $RANK -ge 2 ]; then sleep $n.5; fi";
+    const char *a0[] = {"run", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-port", port,
+                        "--shutdown-timeout", "1", "--db", db, "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"run", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", port,
+                        "--shutdown-timeout", "1", "--db", db, "--", "sh", "-c", script, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    cr_assert(lt_wait_listening(atoi(port)), "node 0's store never came up");
+    lt_start(&n1, a1, NULL);
+    pid_t sleeping = 0;
+    for (int i = 0; i < 1000 && !sleeping; i++) {
+        sleeping = process_with("sleep 4321.5");
+        if (!sleeping) usleep(10000);
+    }
+    cr_assert(sleeping, "node 1's ranks never started");
+    usleep(500000); /* node 0's ranks are done */
+    pid_t guard = kill_launcher(&n1, "--node-rank 1");
+    uint64_t t0 = pp_now_ns();
+    finish(&n0, 60, "node 0");
+    double took = (double)(pp_now_ns() - t0) / 1e9;
+    cr_assert_eq(n0.status, 1, "node 0 exit %d:\n%s", n0.status, n0.err);
+    cr_assert(took < 20, "node 0 ended %.0f s after node 1's launcher was killed", took);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'failed' AND failure LIKE 'the launcher of node "
+                          "rank 1 (on %%) failed: its connection to the store closed before it told how attempt 0 "
+                          "ended%%'"), 1, "%s", job_row(db, 1));
+    assert_nothing_left(&sleeping, 1, "sleep 4321.5", 10);
+    assert_nothing_left(&guard, 1, NULL, 10);
+    assert_integrity_ok(db);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
 /* --- a worker killed at every phase ------------------------------------------------ */
 
 /* --fail-at SIGKILLs a rank at the start of step 1, or at its first F, B

@@ -132,6 +132,41 @@ Test(store, wait_times_out_then_succeeds_when_another_client_sets) {
     store_close(b);
 }
 
+/* A claimed key lasts as long as its connection: it wakes a WAIT on it
+ * like a SET, and goes when the connection closes, however the client
+ * ended (a launcher SIGKILLed: here a client that is simply closed). */
+Test(store, a_claimed_key_goes_with_its_connection) {
+    store_client *a = client(), *b = client();
+    pp_err err;
+    const char *keys[] = {"pprun/live/1"};
+    cr_assert_eq(store_wait_send(b, keys, 1, 10000, &err), 0);
+    cr_assert_eq(store_claim(a, "pprun/live/1", &err), 0, "%s", err.msg);
+    cr_assert_eq(store_wait_recv(b, &err), 0, "%s", err.msg);
+    void *v;
+    size_t len;
+    cr_assert_eq(store_get(b, "pprun/live/1", &v, &len, &err), 0);
+    cr_assert_eq(len, 0);
+    free(v);
+    for (int i = 0; i < 4; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "more/%d", i);
+        cr_assert_eq(store_claim(a, k, &err), i < 3 ? 0 : -1, "claim %d", i);
+    }
+    cr_assert(strstr(err.msg, "CLAIM: a connection holds at most 4 keys"), "%s", err.msg);
+    store_close(a);
+    int gone = 0;
+    for (int i = 0; i < 200 && !gone; i++) {
+        gone = store_get(b, "pprun/live/1", &v, &len, &err) == 1;
+        if (!gone) {
+            free(v);
+            usleep(5000);
+        }
+    }
+    cr_assert(gone, "the claimed key outlived its connection");
+    cr_assert_eq(store_get(b, "more/0", &v, &len, &err), 1, "every claimed key goes");
+    store_close(b);
+}
+
 Test(store, time_is_the_servers_monotonic_clock) {
     store_client *c = client();
     pp_err err;

@@ -75,6 +75,9 @@ static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE};
  * keep the launcher (and the user's Ctrl-C) waiting. Before a stop, an
  * answer may take --rdzv-timeout (store_answer_ns). */
 #define LAUNCH_STOP_STORE_NS 5000000000ull
+/* How often node 0, waiting for an attempt's end, looks for a node whose
+ * launcher is gone (end_for_a_gone_node). */
+#define LAUNCH_LIVE_CHECK_NS 1000000000ull
 
 typedef struct job {
     launch_ctx c;
@@ -365,6 +368,7 @@ static int await_watch(job *j, uint64_t give_up, uint64_t (*first_stop)(job *j, 
 typedef struct attempt_end_wait {
     int attempt, *out, *stop;
     launch_failure *fail;
+    uint64_t give_up; /* once stopped: when the wait gives up */
 } attempt_end_wait;
 
 static uint64_t stopped_awaiting_end(job *j, void *ctx) {
@@ -377,24 +381,64 @@ static uint64_t stopped_awaiting_end(job *j, void *ctx) {
         pp_err ignored; /* the WAIT's answer says whether node 0 is there */
         report_failure(j, w->attempt, w->fail, 1, &ignored);
     }
-    return pp_now_ns() + LAUNCH_STOP_STORE_NS;
+    return w->give_up = pp_now_ns() + LAUNCH_STOP_STORE_NS;
+}
+
+/* Node 0, waiting for attempt K's end: a node whose launcher is gone (its
+ * key, claimed on its store connection by setup_store, went with the
+ * connection: killed, its machine lost) never tells how the attempt ended
+ * there, and the others would wait for it forever once their ranks are
+ * done. Node 0 ends the attempt for it, a failure of that node's launcher.
+ * 0, or -1 (serr) when the store did not answer. */
+static int end_for_a_gone_node(job *j, int attempt, pp_err *serr) {
+    for (int r = 1; r < j->c.o->nnodes; r++) {
+        char k[64];
+        void *v;
+        size_t len;
+        snprintf(k, sizeof k, "pprun/live/%d", r);
+        int g = store_get(j->ctl, k, &v, &len, serr);
+        if (g < 0) return -1;
+        if (g == 0) {
+            free(v);
+            continue;
+        }
+        launch_failure f;
+        launch_failure_clear(&f);
+        f.node_rank = r;
+        f.global_rank = f.local_rank = -1;
+        f.wall_ns = pp_wall_ns();
+        snprintf(f.host, sizeof f.host, "%s", j->hosts ? j->hosts[r] : "");
+        snprintf(f.stderr_tail, sizeof f.stderr_tail,
+                 "its connection to the store closed before it told how attempt %d ended: it was killed, or its "
+                 "machine is lost\n", attempt);
+        return report_failure(j, attempt, &f, 0, serr);
+    }
+    return 0;
 }
 
 /* Waits for the answer to this node's WAIT on attempt K's end key. 0: the
  * attempt is over everywhere; -1: node 0's store is gone, or gave no
  * answer in time after a stop (serr says which). A stop signal while this
  * node had finished well is reported to the others first. Once stopped,
- * node 0 gets LAUNCH_STOP_STORE_NS, and another signal gives up at once. */
+ * node 0 gets LAUNCH_STOP_STORE_NS, and another signal gives up at once.
+ * Node 0 looks for a node gone every LAUNCH_LIVE_CHECK_NS meanwhile. */
 static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_failure *fail, pp_err *serr) {
-    attempt_end_wait w = {attempt, out, stop, fail};
-    uint64_t give_up = j->c.stop_signal ? pp_now_ns() + LAUNCH_STOP_STORE_NS : UINT64_MAX;
-    int rc = await_watch(j, give_up, stopped_awaiting_end, &w, serr);
-    if (rc == WATCH_STOPPED_AGAIN)
-        return pp_fail(serr, "stopped again while waiting for the store of node rank 0 at %s", j->store_addr);
-    if (rc == WATCH_LATE)
-        return pp_fail(serr, "store %s: no answer within %.0fs of the stop signal (node rank 0 stopped or "
-                             "unreachable?)", j->store_addr, (double)LAUNCH_STOP_STORE_NS / 1e9);
-    return rc;
+    attempt_end_wait w = {attempt, out, stop, fail, j->c.stop_signal ? pp_now_ns() + LAUNCH_STOP_STORE_NS : 0};
+    int checks = j->c.o->node_rank == 0 && j->c.o->nnodes > 1;
+    for (;;) {
+        uint64_t until = j->c.stop_signal ? w.give_up : checks ? pp_now_ns() + LAUNCH_LIVE_CHECK_NS : UINT64_MAX;
+        int rc = await_watch(j, until, stopped_awaiting_end, &w, serr);
+        if (rc == WATCH_LATE && !j->c.stop_signal) {
+            if (end_for_a_gone_node(j, attempt, serr) != 0) return -1;
+            continue;
+        }
+        if (rc == WATCH_STOPPED_AGAIN)
+            return pp_fail(serr, "stopped again while waiting for the store of node rank 0 at %s", j->store_addr);
+        if (rc == WATCH_LATE)
+            return pp_fail(serr, "store %s: no answer within %.0fs of the stop signal (node rank 0 stopped or "
+                                 "unreachable?)", j->store_addr, (double)LAUNCH_STOP_STORE_NS / 1e9);
+        return rc;
+    }
 }
 
 /* --- set-up: store, run id ---------------------------------------------------- */
@@ -553,6 +597,10 @@ static int setup_store(job *j, pp_err *err) {
                        (double)o->rdzv_timeout_ns / 1e9, why);
     }
     if (o->nnodes > 1) {
+        /* this launcher's liveness, for node 0 (end_for_a_gone_node) */
+        char live[64];
+        snprintf(live, sizeof live, "pprun/live/%d", o->node_rank);
+        if (store_claim(j->ctl, live, err) != 0) return pp_wrap(err, "rendezvous: the store of node rank 0");
         rc = connect_store(j, host, port, o->rdzv_timeout_ns, &j->c.watch, err);
         if (rc == 2) return 2;
         if (rc != 0) return pp_wrap(err, "rendezvous");

@@ -50,6 +50,8 @@ typedef struct conn {
     char **wkeys;
     size_t wn;
     uint64_t wdeadline;
+    char *claims[STORE_MAX_CLAIMS]; /* keys it holds while it lasts (CLAIM) */
+    size_t nclaims;
 } conn;
 
 struct store_server {
@@ -364,15 +366,10 @@ not_int:
     reply_bad(c, "ADD: the key holds a value that is not an integer");
 }
 
-static void op_del(store_server *s, conn *c, rd *r) {
-    char *key = rd_key(r);
-    if (r->bad || r->left) {
-        free(key);
-        return reply_bad(c, "DEL: malformed request");
-    }
+/* Deletes key: 1 when it was there. */
+static int kv_del(store_server *s, const char *key) {
     kv **p = kv_slot(s, key);
-    free(key);
-    if (!*p) return reply(c, STORE_MISSING, NULL, 0);
+    if (!*p) return 0;
     kv *e = *p;
     *p = e->next;
     s->nbytes -= strlen(e->key) + e->len;
@@ -380,7 +377,43 @@ static void op_del(store_server *s, conn *c, rd *r) {
     free(e->val);
     free(e);
     s->nkeys--;
+    return 1;
+}
+
+static void op_del(store_server *s, conn *c, rd *r) {
+    char *key = rd_key(r);
+    if (r->bad || r->left) {
+        free(key);
+        return reply_bad(c, "DEL: malformed request");
+    }
+    int was = kv_del(s, key);
+    free(key);
+    reply(c, was ? STORE_OK : STORE_MISSING, NULL, 0);
+}
+
+static void op_claim(store_server *s, conn *c, rd *r) {
+    char *key = rd_key(r);
+    if (r->bad || r->left) {
+        free(key);
+        return reply_bad(c, "CLAIM: malformed request");
+    }
+    if (c->nclaims == STORE_MAX_CLAIMS) {
+        free(key);
+        return reply_bad(c, "CLAIM: a connection holds at most 4 keys");
+    }
+    if (table_full(s, c, "CLAIM", key, *kv_slot(s, key), 0)) {
+        free(key);
+        return;
+    }
+    uint8_t *val = malloc(1);
+    int rc = val ? kv_put(s, key, val, 0) : -1;
+    if (rc < 0) {
+        free(key);
+        return reply_bad(c, "CLAIM: out of memory");
+    }
+    c->claims[c->nclaims++] = key;
     reply(c, STORE_OK, NULL, 0);
+    if (rc == 1) wake_waiters(s);
 }
 
 static void op_wait(store_server *s, conn *c, rd *r) {
@@ -487,6 +520,7 @@ static int handle_one(store_server *s, conn *c) {
     case STORE_OP_ADD: op_add(s, c, &r); break;
     case STORE_OP_DEL: op_del(s, c, &r); break;
     case STORE_OP_WAIT: op_wait(s, c, &r); break;
+    case STORE_OP_CLAIM: op_claim(s, c, &r); break;
     case STORE_OP_TIME: {
         uint8_t out[8];
         store_put_u64(out, pp_now_ns());
@@ -506,7 +540,17 @@ static int handle_one(store_server *s, conn *c) {
     return 1;
 }
 
-static void on_close(void *ctx, netserve_conn *nc) { unpark(ctx, (conn *)nc); }
+/* A connection's end: its WAIT, and the keys it claimed, go. */
+static void on_close(void *ctx, netserve_conn *nc) {
+    store_server *s = ctx;
+    conn *c = (conn *)nc;
+    unpark(s, c);
+    for (size_t i = 0; i < c->nclaims; i++) {
+        kv_del(s, c->claims[i]);
+        free(c->claims[i]);
+    }
+    c->nclaims = 0;
+}
 
 /* A connection netserve cannot take: a best-effort BAD reply saying why
  * (the peer may read it before the close), and a line on stderr. */

@@ -86,6 +86,11 @@ int store_get(store_client *c, const char *key, void **val, size_t *len, pp_err 
 int store_add(store_client *c, const char *key, int64_t delta, int64_t *out, pp_err *err);
 /* 0: deleted; 1: there was no such key; -1: error. */
 int store_delete(store_client *c, const char *key, pp_err *err);
+/* Sets key (empty) for as long as this connection lasts: the server
+ * deletes it when the connection closes, however its client ended (a
+ * launcher SIGKILLed), so that others learn it is gone. At most
+ * STORE_MAX_CLAIMS a connection. 0, or -1 with err. */
+int store_claim(store_client *c, const char *key, pp_err *err);
 /* Waits until every key exists. timeout_ms < 0 waits forever. 0: all keys are
  * there; 1: timed out (the server decides); -1: error. */
 int store_wait(store_client *c, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err);

@@ -367,6 +367,14 @@ int store_delete(store_client *c, const char *key, pp_err *err) {
     return st == STORE_MISSING ? 1 : 0;
 }
 
+int store_claim(store_client *c, const char *key, pp_err *err) {
+    req q;
+    req_init(&q, STORE_OP_CLAIM);
+    if (put_key(&q, key, err) != 0) return -1;
+    uint8_t st = 0;
+    return send_req(c, &q, err) != 0 || recv_reply(c, &st, NULL, NULL, NULL, err) != 0 ? -1 : 0;
+}
+
 int store_wait_send(store_client *c, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err) {
     if (n == 0 || n > STORE_MAX_WAIT_KEYS) return pp_fail(err, "store: wait needs 1-%u keys, got %zu", STORE_MAX_WAIT_KEYS, n);
     /* Many keys do not fit the fixed header: build the frame on the heap. */

@@ -10,12 +10,15 @@
  *   WAIT i64 timeout_ms u32 n, n keys -> status (OK or TIMEOUT)
  *   TIME                   -> status u64 server CLOCK_MONOTONIC ns
  *   AUTH blob token        -> status (OK, or BAD and the server closes)
+ *   CLAIM key              -> status: key set (empty) while this connection
+ *                             lasts; the server deletes it when the
+ *                             connection closes (a launcher's liveness)
  * A server with a job token takes AUTH with that token as a connection's
  * first request and nothing else: any other first frame (or one longer than
  * STORE_MAX_AUTH_FRAME) is answered BAD and the connection closed. Servers
- * without a token answer AUTH with OK. (AUTH is the only addition since the
- * first version of this format; an older server answers it BAD "unknown
- * operation".)
+ * without a token answer AUTH with OK. (AUTH and CLAIM are the additions
+ * since the first version of this format; an older server answers them BAD
+ * "unknown operation".)
  * Reply payload: u8 status, then the op's result. A BAD reply carries a
  * message as the rest of the payload. Requests are answered in order; a
  * pending WAIT holds back the connection's later requests. */
@@ -26,7 +29,9 @@
 #include "base/token.h"
 #include "runner/store/store.h"
 
-enum { STORE_OP_SET = 1, STORE_OP_GET, STORE_OP_ADD, STORE_OP_DEL, STORE_OP_WAIT, STORE_OP_TIME, STORE_OP_AUTH };
+enum { STORE_OP_SET = 1, STORE_OP_GET, STORE_OP_ADD, STORE_OP_DEL, STORE_OP_WAIT, STORE_OP_TIME, STORE_OP_AUTH,
+       STORE_OP_CLAIM };
+#define STORE_MAX_CLAIMS 4 /* keys one connection holds */
 enum { STORE_OK = 0, STORE_MISSING = 1, STORE_TIMEOUT = 2, STORE_BAD = 3 };
 
 /* A frame larger than this is a protocol error (value + key + headers). */
