@@ -83,12 +83,18 @@ pid_t apart_fork(const char *what, int sock, pp_err *err) {
         return 0;
     }
     int e = errno;
+    /* the middle child leads the helper's session (setsid): its id is the
+     * session's, noted before anyone walking this process's descendants
+     * could see the helper */
+    if (mid > 0) apart_note(mid);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (mid < 0) return pp_fail(err, "%s: fork: %s", what, strerror(e));
     int st = 0;
     while (waitpid(mid, &st, 0) < 0 && errno == EINTR) {
     }
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return pp_fail(err, "%s: fork: the second fork failed", what);
-    apart_note(mid); /* the middle child led the helper's session (setsid): its id is the session's */
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        apart_forget(mid);
+        return pp_fail(err, "%s: fork: the second fork failed", what);
+    }
     return mid;
 }

@@ -669,7 +669,7 @@ static int duration_ns(const char *s, const char *what, double max_ns, uint64_t 
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(end, units[i].suffix) == 0) {
             double ns = v * units[i].mult;
-            if (ns > max_ns) return pp_fail(err, "%s: duration '%s' is too long (at most %gs)", what, s, max_ns / 1e9);
+            if (ns > max_ns) return pp_fail(err, "%s: duration '%s' is too long (at most %.0fs)", what, s, max_ns / 1e9);
             *out = (uint64_t)llround(ns);
             return 0;
         }

@@ -208,13 +208,17 @@ Test(launch_multinode, a_node_with_another_max_restarts_is_refused_and_named) {
 
 /* A second launcher with a node rank already taken is refused; the job
  * runs with the first. Its ranks wait for a file, so the second one comes
- * while the attempt runs. */
+ * while the attempt runs; node 1's rank ends 2.5 s after node 0's, while
+ * node 0 waits for it and looks for a node gone every second: the refused
+ * launcher must not take node 1's liveness with it as it leaves (it did:
+ * node 0 then ended the job, node 1's rank killed). */
 Test(launch_multinode, a_second_launcher_with_a_taken_node_rank_is_refused) {
     char port[16], script[256];
     const char *dir = tfix_mkdir("dup"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
     snprintf(script, sizeof script,
-             "touch %s/ran-$RANK; while [ ! -e %s/go ]; do sleep 0.05; done; echo \"R=$RANK\"", dir, dir);
+             "touch %s/ran-$RANK; while [ ! -e %s/go ]; do sleep 0.05; done; if [ $RANK = 1 ]; then sleep 2.5; "
+             "fi; echo \"R=$RANK\"", dir, dir);
     const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sh", "-c",
                         script, NULL};
     const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sh", "-c",

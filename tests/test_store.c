@@ -153,6 +153,12 @@ Test(store, a_claimed_key_goes_with_its_connection) {
         cr_assert_eq(store_claim(a, k, &err), i < 3 ? 0 : -1, "claim %d", i);
     }
     cr_assert(strstr(err.msg, "CLAIM: a connection holds at most 4 keys"), "%s", err.msg);
+    /* another connection's key is refused, and not taken with it */
+    cr_assert_eq(store_claim(b, "pprun/live/1", &err), -1);
+    cr_assert(strstr(err.msg, "CLAIM: the key exists already"), "%s", err.msg);
+    /* a claimed key deleted and set again is no longer the claimer's */
+    cr_assert_eq(store_delete(b, "more/1", &err), 0);
+    cr_assert_eq(store_set(b, "more/1", "x", 1, &err), 0);
     store_close(a);
     int gone = 0;
     for (int i = 0; i < 200 && !gone; i++) {
@@ -164,6 +170,8 @@ Test(store, a_claimed_key_goes_with_its_connection) {
     }
     cr_assert(gone, "the claimed key outlived its connection");
     cr_assert_eq(store_get(b, "more/0", &v, &len, &err), 1, "every claimed key goes");
+    cr_assert_eq(store_get(b, "more/1", &v, &len, &err), 0, "a key set since stays");
+    free(v);
     store_close(b);
 }
 

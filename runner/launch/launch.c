@@ -81,6 +81,7 @@ static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE};
 
 typedef struct job {
     launch_ctx c;
+    int live_claimed; /* this node's pprun/live key is held (rendezvous) */
     char host[256];
     char store_addr[300];
     char run_id[128];
@@ -430,6 +431,8 @@ static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_fa
         int rc = await_watch(j, until, stopped_awaiting_end, &w, serr);
         if (rc == WATCH_LATE && !j->c.stop_signal) {
             if (end_for_a_gone_node(j, attempt, serr) != 0) return -1;
+            /* a stop its store requests took: told as await_watch tells one */
+            if (j->c.stop_signal) stopped_awaiting_end(j, &w);
             continue;
         }
         if (rc == WATCH_STOPPED_AGAIN)
@@ -597,10 +600,6 @@ static int setup_store(job *j, pp_err *err) {
                        (double)o->rdzv_timeout_ns / 1e9, why);
     }
     if (o->nnodes > 1) {
-        /* this launcher's liveness, for node 0 (end_for_a_gone_node) */
-        char live[64];
-        snprintf(live, sizeof live, "pprun/live/%d", o->node_rank);
-        if (store_claim(j->ctl, live, err) != 0) return pp_wrap(err, "rendezvous: the store of node rank 0");
         rc = connect_store(j, host, port, o->rdzv_timeout_ns, &j->c.watch, err);
         if (rc == 2) return 2;
         if (rc != 0) return pp_wrap(err, "rendezvous");
@@ -826,6 +825,15 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
     int64_t count;
     int rc = claim_node_rank(j, attempt, err);
     if (rc != 0) return rc;
+    if (!j->live_claimed && o->nnodes > 1) {
+        /* this node's launcher alive, for node 0 (end_for_a_gone_node):
+         * once it holds its node rank (a second launcher of one, refused,
+         * must not take the key with it as it leaves) */
+        char live[64];
+        snprintf(live, sizeof live, "pprun/live/%d", o->node_rank);
+        if (store_claim(j->ctl, live, err) != 0) return pp_wrap(err, "rendezvous: the store of node rank 0");
+        j->live_claimed = 1;
+    }
     key(k, sizeof k, attempt, "count");
     if (store_add(j->ctl, k, 1, &count, err) != 0) return -1;
     key(go, sizeof go, attempt, "go");

@@ -435,20 +435,18 @@ static void guard_sweep(void) {
  * group is kept until it is empty, since what the rank started (a
  * background process of a shell rank) stays in it after the leader. */
 static void guard_group(pid_t v) {
-    if (v > 0) {
-        if (guard_ngroups == GUARD_GROUPS) guard_sweep();
-        if (guard_ngroups < GUARD_GROUPS) {
-            guard_groups[guard_ngroups] = v;
-            guard_retired[guard_ngroups++] = 0;
-        }
+    pid_t g = v > 0 ? v : -v;
+    size_t k = 0;
+    while (k < guard_ngroups && guard_groups[k] != g) k++;
+    if (v > 0) { /* a retired group's id, emptied and taken again: that one entry, live */
+        if (k == guard_ngroups && guard_ngroups == GUARD_GROUPS) guard_sweep(), k = guard_ngroups;
+        if (k == guard_ngroups && guard_ngroups < GUARD_GROUPS) guard_groups[guard_ngroups++] = g;
+        if (k < guard_ngroups) guard_retired[k] = 0;
         return;
     }
-    for (size_t k = 0; k < guard_ngroups; k++)
-        if (guard_groups[k] == -v) {
-            if (guard_group_empty(-v)) guard_forget(k);
-            else guard_retired[k] = 1;
-            return;
-        }
+    if (k == guard_ngroups) return;
+    if (guard_group_empty(g)) guard_forget(k);
+    else guard_retired[k] = 1;
 }
 
 /* Reads the launcher's messages until its end. 1 when it said goodbye. */

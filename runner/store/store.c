@@ -42,6 +42,7 @@ typedef struct kv {
     char *key;
     uint8_t *val;
     size_t len;
+    const void *owner; /* the connection that claimed it (CLAIM), NULL for any other key */
 } kv;
 
 typedef struct conn {
@@ -366,10 +367,11 @@ not_int:
     reply_bad(c, "ADD: the key holds a value that is not an integer");
 }
 
-/* Deletes key: 1 when it was there. */
-static int kv_del(store_server *s, const char *key) {
+/* Deletes key (only where owner claimed it, when owner is not NULL): 1
+ * when it was there. */
+static int kv_del(store_server *s, const char *key, const void *owner) {
     kv **p = kv_slot(s, key);
-    if (!*p) return 0;
+    if (!*p || (owner && (*p)->owner != owner)) return 0;
     kv *e = *p;
     *p = e->next;
     s->nbytes -= strlen(e->key) + e->len;
@@ -386,7 +388,7 @@ static void op_del(store_server *s, conn *c, rd *r) {
         free(key);
         return reply_bad(c, "DEL: malformed request");
     }
-    int was = kv_del(s, key);
+    int was = kv_del(s, key, NULL);
     free(key);
     reply(c, was ? STORE_OK : STORE_MISSING, NULL, 0);
 }
@@ -401,6 +403,10 @@ static void op_claim(store_server *s, conn *c, rd *r) {
         free(key);
         return reply_bad(c, "CLAIM: a connection holds at most 4 keys");
     }
+    if (*kv_slot(s, key)) { /* another's (it would go with the other connection's end), or a key of SET's */
+        free(key);
+        return reply_bad(c, "CLAIM: the key exists already");
+    }
     if (table_full(s, c, "CLAIM", key, *kv_slot(s, key), 0)) {
         free(key);
         return;
@@ -411,6 +417,7 @@ static void op_claim(store_server *s, conn *c, rd *r) {
         free(key);
         return reply_bad(c, "CLAIM: out of memory");
     }
+    (*kv_slot(s, key))->owner = c;
     c->claims[c->nclaims++] = key;
     reply(c, STORE_OK, NULL, 0);
     if (rc == 1) wake_waiters(s);
@@ -546,7 +553,7 @@ static void on_close(void *ctx, netserve_conn *nc) {
     conn *c = (conn *)nc;
     unpark(s, c);
     for (size_t i = 0; i < c->nclaims; i++) {
-        kv_del(s, c->claims[i]);
+        kv_del(s, c->claims[i], c); /* still its own: not deleted and made again since */
         free(c->claims[i]);
     }
     c->nclaims = 0;

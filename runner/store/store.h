@@ -89,7 +89,8 @@ int store_delete(store_client *c, const char *key, pp_err *err);
 /* Sets key (empty) for as long as this connection lasts: the server
  * deletes it when the connection closes, however its client ended (a
  * launcher SIGKILLed), so that others learn it is gone. At most
- * STORE_MAX_CLAIMS a connection. 0, or -1 with err. */
+ * STORE_MAX_CLAIMS a connection; a key that exists already (another
+ * connection's claim) is refused. 0, or -1 with err. */
 int store_claim(store_client *c, const char *key, pp_err *err);
 /* Waits until every key exists. timeout_ms < 0 waits forever. 0: all keys are
  * there; 1: timed out (the server decides); -1: error. */

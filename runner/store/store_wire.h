@@ -12,7 +12,8 @@
  *   AUTH blob token        -> status (OK, or BAD and the server closes)
  *   CLAIM key              -> status: key set (empty) while this connection
  *                             lasts; the server deletes it when the
- *                             connection closes (a launcher's liveness)
+ *                             connection closes (a launcher's liveness);
+ *                             BAD where the key exists already
  * A server with a job token takes AUTH with that token as a connection's
  * first request and nothing else: any other first frame (or one longer than
  * STORE_MAX_AUTH_FRAME) is answered BAD and the connection closed. Servers
