@@ -18,7 +18,9 @@
 #define PP_SHAPE_MAX_ACTIONS_TEXT "10 million"
 /* A schedule's grid (ranks x time steps, idle cells too: the CSV form,
  * the validator's): 4 cells an action of the largest schedule, for its
- * bubbles. A CSV's rows are as wide as their commas make them. */
+ * bubbles. A CSV's rows are as wide as their commas make them; a plan
+ * pprun makes whose grid by time would be wider has its rows packed left
+ * (its CSV reads back). */
 #define PP_SHAPE_MAX_GRID_CELLS (4 * PP_SHAPE_MAX_ACTIONS)
 #define PP_SHAPE_MAX_GRID_CELLS_TEXT "40 million"
 

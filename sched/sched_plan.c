@@ -223,6 +223,10 @@ static int grid_from_sim(sched_plan *plan) {
     sched_sim *sim = NULL;
     if (sched_simulate(plan, &unit, &sim, NULL) != 0) return -1;
     int nslots = (int)(sim->step_time + 0.5), rc = 0;
+    /* a sparse plan (a tight memory bound runs ranks nearly one after
+     * another) would make a grid of ranks x ranks x microbatches cells:
+     * past what a CSV may hold (base/shape.h), its rows are packed left */
+    if ((double)plan->ranks * nslots > (double)PP_SHAPE_MAX_GRID_CELLS) rc = -1;
     for (int r = 0; r < plan->ranks && rc == 0; r++) {
         sched_action *row = malloc(sizeof *row * (size_t)(nslots > 0 ? nslots : 1));
         if (!row) {

@@ -518,3 +518,17 @@ Test(sched_cli, dualpipev_shows_its_overlapped_pairs) {
     cr_assert_float_eq(cJSON_GetObjectItem(rank0, "idle")->valuedouble, 0, 1e-9);
     cJSON_Delete(root);
 }
+
+/* A plan under a tight memory bound runs its ranks nearly one after
+ * another: its grid by time (256 ranks x 205,200 steps, 52 million cells)
+ * is past what a CSV may hold, so its rows are packed left, and the CSV
+ * pprun writes reads back as the same plan (it was refused: "more than 40
+ * million"). */
+Test(sched_cli, a_sparse_plans_csv_reads_back) {
+    char args[600];
+    snprintf(args, sizeof args, "--schedule zb-h1 --pp 256 --microbatches 400 --max-mem 1 --csv-out '%s/sparse.csv'",
+             dir);
+    cr_assert_eq(pprun(args), 0, "%s", err_text);
+    snprintf(args, sizeof args, "--schedule 'csv:%s/sparse.csv' --format json", dir);
+    cr_assert_eq(pprun(args), 0, "%s", err_text);
+}
