@@ -825,6 +825,9 @@ Test(attack_launch, a_killed_node_leaves_no_process_and_node_0_ends_the_job) {
     assert_nothing_left(NULL, 0, db, 10);
     cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'failed' AND exit_code = 1"), 1, "%s",
                  job_row(db, 1));
+    /* a rank of the killed node is named with its host, as one of node 0's */
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE failure NOT LIKE 'rank _ (local rank _) %%'"), 1, "%s",
+                 job_row(db, 1));
     assert_integrity_ok(db);
     lt_free(&n0);
     lt_free(&n1);

@@ -437,6 +437,8 @@ static void note_hung(attempt *a, int r, const char *why) {
         snprintf(f->host, sizeof f->host, "%s", in->host);
         f->pid = a->slots[lr].pid;
         f->state = launch_proc_state(f->pid);
+    } else if (in->node_hosts) { /* node 0 knows every node's host */
+        snprintf(f->host, sizeof f->host, "%s", in->node_hosts[f->node_rank]);
     }
     snprintf(f->why, sizeof f->why, "%s", why);
     for (char *p = f->why; *p; p++) /* one line: it travels as one to the other nodes */
