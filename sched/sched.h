@@ -216,6 +216,9 @@ char *sched_timeline_text(const sched_sim *sim, const sched_plan *plan, double u
 /* The chunks per rank (--virtual-stages) a generator runs unless told:
  * 2 for interleaved-1f1b, zb-v and dualpipev, else 1. */
 int sched_default_virtual(const char *kind);
+/* 0 when kind names a schedule sched_build makes, else -1 with err saying
+ * which are (csv:FILE too, which its callers read themselves). */
+int sched_kind_check(const char *kind, pp_err *err);
 
 /* The --schedule flag as a user wrote it: a generator name or csv:FILE.
  * v <= 0 picks the default (sched_default_virtual). For csv:FILE, p and m (when > 0) must match the file's ranks

@@ -114,6 +114,15 @@ static int build_zbv(int p, int m, const sched_costs *c, sched_plan **out, pp_er
     return rc;
 }
 
+int sched_kind_check(const char *kind, pp_err *err) {
+    static const char *const kinds[] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev"};
+    for (size_t i = 0; kind && i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(kind, kinds[i]) == 0) return 0;
+    return pp_fail(err, "--schedule: unknown schedule '%s'; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
+                        "dualpipev, csv:FILE",
+                   kind ? kind : "");
+}
+
 int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err) {
     static const sched_costs unit = {1, 1, 1, 0, 0, 0};
     *out = NULL;
@@ -122,12 +131,9 @@ int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs,
         return pp_fail(err, "--pp: %d ranks is out of range; accepted: 1 to %d", p, PP_SHAPE_MAX_RANKS);
     if (m < 1 || m > PP_SHAPE_MAX_MICROBATCHES)
         return pp_fail(err, "--microbatches: %d is out of range; accepted: 1 to %d", m, PP_SHAPE_MAX_MICROBATCHES);
+    if (sched_kind_check(kind, err) != 0) return -1;
     if (strcmp(kind, "dualpipev") == 0) return sched_build_dualpipev(p, m, v, out, err);
     int is_il = strcmp(kind, "interleaved-1f1b") == 0, is_zbv = strcmp(kind, "zb-v") == 0;
-    if (!is_il && !is_zbv && strcmp(kind, "gpipe") && strcmp(kind, "1f1b") && strcmp(kind, "zb-h1"))
-        return pp_fail(err, "--schedule: unknown schedule '%s'; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
-                            "dualpipev, csv:FILE",
-                       kind);
     if (is_il) {
         if (v < 2)
             return pp_fail(err, "interleaved-1f1b needs --virtual-stages >= 2 (chunks per rank), got %d; "

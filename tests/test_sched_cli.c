@@ -365,6 +365,9 @@ Test(sched_cli, ranks_and_stages_are_counted_as_pprun_run_counts_them) {
         {"--schedule 1f1b --stages 2048 --microbatches 1", "--stages 2048 is 2048 ranks of 1 stage each; accepted: "
                                                            "at most 1024 ranks"},
         {"--schedule 1f1b --microbatches 8", "--pp is required"},
+        /* a name it does not know, before what the name would need */
+        {"--schedule CSV:a.csv", "--schedule: unknown schedule 'CSV:a.csv'; accepted: gpipe, 1f1b, "
+                                 "interleaved-1f1b, zb-h1, zb-v, dualpipev, csv:FILE"},
         {"--schedule 1f1b --pp 0 --microbatches 8", "--pp"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -174,7 +174,8 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         if (!o->schedule)
             return pp_fail(err, "--schedule is required; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
                                 "dualpipev, csv:FILE");
-        if (resolve_shape(o, err) != 0) return -1;
+        /* a name it does not know first: "--pp is required" would mislead (CSV:FILE) */
+        if (sched_kind_check(o->schedule, err) != 0 || resolve_shape(o, err) != 0) return -1;
         if (!o->m) o->m = RUN_DEFAULT_MICROBATCHES; /* pprun run's: the plan a run would take */
     }
     /* the CSV written over the one read would replace the user's own file */
