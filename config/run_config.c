@@ -262,10 +262,12 @@ static int parse_schedule_costs(run_config *cfg, const char *value, pp_err *err)
         cfg->has_schedule_costs = 1;
         return 0;
     }
-    /* DB:JOB when what follows the last ':' is a job id, else all of it is DB */
+    /* DB:JOB when what follows the last ':' is a number (a job id, or one
+     * out of range: said so, not looked for as a file), else all of it is DB */
     const char *colon = strrchr(value, ':');
     size_t path_len = strlen(value);
-    if (colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+    const char *digits = colon ? colon + 1 + (colon[1] == '-') : NULL;
+    if (colon && *digits && strspn(digits, "0123456789") == strlen(digits)) {
         if (pp_parse_long(colon + 1, 1, 0x7fffffffL, "--schedule-costs DB:JOB", &cfg->schedule_costs_job, err) != 0)
             return -1;
         path_len = (size_t)(colon - value);

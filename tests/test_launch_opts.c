@@ -282,6 +282,9 @@ Test(launch_opts, pprun_run_refuses_numbers_that_are_not_plain_decimal) {
         {"--schedule-costs", "f=0x10,b=1,w=1",
          "--schedule-costs f: expected a decimal number in [0, 1e+13], got '0x10'"},
         {"--schedule-costs", "f=1,,b=1,w=1", "--schedule-costs: empty item in 'f=1,,b=1,w=1'"},
+        /* a job id out of range is said so, not looked for as the file 'j.db:-1' */
+        {"--schedule-costs", "j.db:-1", "--schedule-costs DB:JOB: -1 is out of range; accepted: 1 to 2147483647"},
+        {"--schedule-costs", "j.db:0", "--schedule-costs DB:JOB: 0 is out of range; accepted: 1 to 2147483647"},
         {"--lr", "0x1p-10", "--lr: expected a decimal number in [0, 10], got '0x1p-10'"},
         {"--lr", "nan", "--lr: expected a decimal number in [0, 10], got 'nan'"},
         {"--weight-decay", "infinity", "--weight-decay: expected a decimal number in [0, 1], got 'infinity'"},
