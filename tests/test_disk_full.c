@@ -230,6 +230,32 @@ Test(disk_full, a_trace_that_fills_the_disk_stops_and_the_training_goes_on) {
     }
 }
 
+/* The trace fills the disk, then the launcher is SIGKILLed: its guard's
+ * salvage cannot store what the rings held either, and the job's failure
+ * says so after the killed launcher (it said only "its guard recorded what
+ * the trace rings held"); where even the end could not be written, the job
+ * reads as lost, as above. */
+Test(disk_full, a_killed_launchers_full_disk_is_in_its_failure) {
+    const char *mnt = tfix_mkdir("killmnt");
+    char out[512];
+    snprintf(out, sizeof out, "%s", tfix_mkdir("killout"));
+    need_tmpfs(mnt);
+    int rc = sh("unshare -m sh -c 'mount -t tmpfs -o size=1m tmpfs %s && "
+                "{ %s run --db %s/t.db --steps 100000 --nproc-per-node 2 --model " TIMED " --progress off "
+                "2>%s/err.txt & p=$!; "
+                "i=0; while [ $i -lt 600 ] && ! grep -q \"disk full while\" %s/err.txt; do sleep 0.1; i=$((i+1)); done; "
+                "sleep 0.5; kill -9 $p; wait $p; sleep 3; "
+                "%s stats --db %s/t.db >%s/stats.txt 2>&1; }'",
+                mnt, PPRUN_BIN, mnt, out, out, PPRUN_BIN, mnt, out);
+    cr_assert_eq(rc, 0);
+    const char *err = slurp(out, "err.txt"), *stats = slurp(out, "stats.txt");
+    cr_assert(strstr(err, "disk full while"), "the disk never filled:\n%s", err);
+    if (!strstr(stats, "device cpu  lost\n"))
+        cr_assert(strstr(stats, "was killed; its guard recorded what the trace rings held but the trace stopped early: ") &&
+                      strstr(stats, "disk full"),
+                  "%s\n%s", stats, err);
+}
+
 /* --log-dir on a disk that fills up: the ranks' output is not lost. Once a
  * log file cannot be written, its stream goes to the console, even where
  * --redirects sent it to the log alone, and the launcher says so once per

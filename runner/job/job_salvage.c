@@ -204,15 +204,19 @@ static int drain(const salvage *s, db *d, pp_err *ring_fault, pp_err *err) {
     return collector_stop(c, err);
 }
 
-/* jobs.failure: the killed launcher, how its ranks ended if it knew, and
- * a rank's corrupt ring if one was found (ring_fault, "" none). */
-static void failure_line(const salvage *s, const pp_err *ring_fault, char *buf, size_t n) {
+/* jobs.failure: the killed launcher, how its ranks ended if it knew, a
+ * rank's corrupt ring if one was found (ring_fault, "" none), and why the
+ * rings' records could not be stored (stored, "" they were: a full disk). */
+static void failure_line(const salvage *s, const pp_err *ring_fault, const pp_err *stored, char *buf, size_t n) {
     int len = snprintf(buf, n, "its launcher (pid %ld on %s) was killed", s->launcher, s->host);
     if (s->ranks_ended && len < (int)n)
         len += snprintf(buf + len, n - (size_t)len, " after its ranks ended (%s%s%s)", s->ranks_ended,
                         s->failure && s->failure[0] ? ": " : "", s->failure ? s->failure : "");
     if (len < (int)n) len += snprintf(buf + len, n - (size_t)len, "; its guard recorded what the trace rings held");
-    if (ring_fault->msg[0] && len < (int)n) snprintf(buf + len, n - (size_t)len, " but %s", ring_fault->msg);
+    if (ring_fault->msg[0] && len < (int)n) len += snprintf(buf + len, n - (size_t)len, " but %s", ring_fault->msg);
+    if (stored->msg[0] && len < (int)n)
+        snprintf(buf + len, n - (size_t)len, "%s the trace stopped early: %s", ring_fault->msg[0] ? ";" : " but",
+                 stored->msg);
 }
 
 int job_salvage_main(int argc, char **argv) {
@@ -228,11 +232,12 @@ int job_salvage_main(int argc, char **argv) {
         return 2;
     int rc = 0;
     if (still_running(d, s.job, s.run_id)) {
-        pp_err derr, ring_fault = {.msg = ""};
+        pp_err derr, ring_fault = {.msg = ""}, stored = {.msg = ""};
         char failure[2048];
-        if (s.rings > 0) drain(&s, d, &ring_fault, &derr); /* what it could not store is lost; the end still goes in */
+        /* what it could not store is lost, said in the failure; the end still goes in */
+        if (s.rings > 0 && drain(&s, d, &ring_fault, &stored) == 0) stored.msg[0] = '\0';
         if (s.steps == 0) db_job_steps_traced(d, s.job, &derr); /* a program's job: the steps it traced */
-        failure_line(&s, &ring_fault, failure, sizeof failure);
+        failure_line(&s, &ring_fault, &stored, failure, sizeof failure);
         rc = db_finish_job(d, s.job, "failed", SALVAGE_EXIT_CODE, (int)s.failed_rank, failure, &err);
     }
     db_close(d);
