@@ -26,6 +26,7 @@
 #include "db/summary.h"
 #include "db/usersql.h"
 #include "db/whatif.h"
+#include "helpers/capture.h"
 #include "helpers/trace_fixture.h"
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
@@ -1160,6 +1161,37 @@ Test(web, a_stopped_spawner_holds_no_query_past_its_deadline, .timeout = 60) {
     for (int i = 0; i < 200 && process_alive(spawner); i++) usleep(10000);
     cr_assert(!process_alive(spawner), "the spawner %d runs on", (int)spawner);
     serve((http_options){.conn_timeout_s = 2});
+}
+
+/* The spawner killed (a stray kill, the OOM killer) while a query runs:
+ * that query is a 500 saying so, and the next query starts another
+ * spawner, said on stderr, and is answered; before, every query was a 500
+ * until the server was started again. */
+Test(web, a_spawner_that_is_gone_is_started_again, .timeout = 60) {
+    restart_with((http_options){.conn_timeout_s = 30, .sql_time_limit_ns = 10000000000ull});
+    webclient_resp r = {0};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, post_long_query, &r), 0);
+    pid_t query = 0, spawner = 0;
+    for (int i = 0; i < 500 && !query; i++) {
+        query = find_query_process(&spawner);
+        if (!query) usleep(10000);
+    }
+    cr_assert(query, "no serve-query process over %s", dbpath);
+    capture cap;
+    capture_start(&cap);
+    cr_assert_eq(kill(spawner, SIGKILL), 0);
+    pthread_join(t, NULL);
+    webclient_resp again = post_sql("{\"sql\": \"SELECT count(*) AS n FROM jobs\"}");
+    const char *said = capture_end(&cap);
+    cr_assert(r.status == 500 && strstr(r.body, "the server's spawner of query processes died while the query ran"),
+              "%d %s", r.status, r.body ? r.body : "");
+    webclient_free(&r);
+    cr_assert(again.status == 200 && strstr(again.body, "\"rows\":[[1]]"), "%d %s", again.status, again.body);
+    webclient_free(&again);
+    cr_assert(strstr(said, "pprun dashboard: the process that starts SQL queries' processes was gone (killed?): "
+                           "started another"), "%s", said);
+    cr_assert(!process_alive(query), "the query's process %d runs on without its spawner", (int)query);
 }
 
 Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {

@@ -404,7 +404,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     s->o.db_path = NULL;
     s->o.sql_exe = NULL; /* kept in s->sql_exe */
     for (int i = 0; i < HTTP_CODES; i++) atomic_init(&s->requests[i], 0);
-    s->sqlprocs.fd = -1;
+    sqlproc_spawner_init(&s->sqlprocs);
 
     /* Each step that fails undoes the ones before it, in reverse. */
     int family = AF_INET;

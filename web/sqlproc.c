@@ -344,9 +344,14 @@ static void spawner_main(int sock) {
 
 /* ---- the server's end ------------------------------------------------------ */
 
-int sqlproc_spawner_start(sqlproc_spawner *sp, pp_err *err) {
+void sqlproc_spawner_init(sqlproc_spawner *sp) {
+    pthread_rwlock_init(&sp->lock, NULL);
     sp->fd = -1;
+    sp->group = 0;
     atomic_init(&sp->stopping, 0);
+}
+
+int sqlproc_spawner_start(sqlproc_spawner *sp, pp_err *err) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         return pp_fail(err, "the SQL queries' spawner: socketpair: %s", strerror(errno));
@@ -365,9 +370,36 @@ int sqlproc_spawner_start(sqlproc_spawner *sp, pp_err *err) {
     return 0;
 }
 
+/* The spawner whose socket was fd is gone (its socket ended): another is
+ * started, unless a query did so meanwhile or the server stops. 0 when
+ * one runs now. */
+static int spawner_again(sqlproc_spawner *sp, int fd) {
+    pthread_rwlock_wrlock(&sp->lock);
+    int rc = 0;
+    if (!atomic_load(&sp->stopping) && sp->fd == fd) {
+        close(sp->fd);
+        apart_forget(sp->group);
+        sp->fd = -1;
+        pp_err err;
+        rc = sqlproc_spawner_start(sp, &err);
+        if (rc == 0)
+            fprintf(stderr, "pprun dashboard: the process that starts SQL queries' processes was gone (killed?): "
+                            "started another\n");
+        else
+            fprintf(stderr, "pprun dashboard: the process that starts SQL queries' processes is gone: %s\n", err.msg);
+    } else if (atomic_load(&sp->stopping) || sp->fd < 0) {
+        rc = -1;
+    }
+    pthread_rwlock_unlock(&sp->lock);
+    return rc;
+}
+
 void sqlproc_spawner_stop(sqlproc_spawner *sp) {
-    if (sp->fd < 0 || atomic_exchange(&sp->stopping, 1)) return;
-    shutdown(sp->fd, SHUT_WR);
+    pthread_rwlock_wrlock(&sp->lock); /* no query sends, and none starts another spawner, meanwhile */
+    int was = atomic_exchange(&sp->stopping, 1);
+    if (sp->fd >= 0 && !was) shutdown(sp->fd, SHUT_WR);
+    pthread_rwlock_unlock(&sp->lock);
+    if (sp->fd < 0 || was) return;
     /* It never writes: its end turns readable as it exits. */
     uint64_t deadline = pp_deadline_ns(SPAWNER_STOP_MS);
     for (int ms; (ms = pp_ms_left(deadline)) > 0;) {
@@ -381,6 +413,7 @@ void sqlproc_spawner_stop(sqlproc_spawner *sp) {
 void sqlproc_spawner_close(sqlproc_spawner *sp) {
     if (sp->fd >= 0) close(sp->fd);
     sp->fd = -1;
+    pthread_rwlock_destroy(&sp->lock);
 }
 
 /* One message of the line by the deadline: 1, 0 at the line's end (the
@@ -406,7 +439,7 @@ static int line_read(int line, uint64_t deadline_ns, line_msg *m) {
  * ETIMEDOUT: it did not answer by the deadline), or SPAWNER_FULL. */
 #define SPAWNER_FULL (-1)
 static int start_child(sqlproc_spawner *sp, const char *exe, const char *db_path, const usersql_limits *lim,
-                       uint64_t deadline, int *to_child, int *from_child, int *line) {
+                       uint64_t deadline, int *to_child, int *from_child, int *line, int *spawner_fd) {
     char req[REQUEST_MAX];
     int len = snprintf(req, sizeof req, "%s%c%s%c%" PRIu64 "%c%zu%c%zu%c%zu", exe, 0, db_path, 0,
                        lim->time_limit_ns, 0, lim->max_rows, 0, lim->max_bytes, 0, lim->max_mem);
@@ -439,10 +472,12 @@ static int start_child(sqlproc_spawner *sp, const char *exe, const char *db_path
     /* by the deadline: a spawner that does not read (stopped) must not
      * hold this worker, and with it the server's stop */
     ssize_t w;
+    pthread_rwlock_rdlock(&sp->lock);
+    int fd = *spawner_fd = sp->fd;
     for (;;) {
-        w = sendmsg(sp->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        w = fd < 0 ? (errno = EPIPE, -1) : sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w >= 0 || (errno != EINTR && errno != EAGAIN)) break;
-        struct pollfd p = {.fd = sp->fd, .events = POLLOUT};
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
         int ms = pp_ms_left(deadline);
         if (ms <= 0 || (poll(&p, 1, ms) == 0 && pp_ms_left(deadline) <= 0)) {
             errno = ETIMEDOUT;
@@ -450,6 +485,7 @@ static int start_child(sqlproc_spawner *sp, const char *exe, const char *db_path
         }
     }
     int e = w < 0 ? (errno == EPIPE || errno == ECONNRESET ? ESHUTDOWN : errno) : 0;
+    pthread_rwlock_unlock(&sp->lock);
     close(in[0]), close(out[1]), close(ln[1]);
     line_msg m;
     int got = e ? 1 : line_read(ln[0], deadline, &m);
@@ -466,9 +502,13 @@ static int start_child(sqlproc_spawner *sp, const char *exe, const char *db_path
 void sqlproc_run(sqlproc_spawner *sp, const char *exe, const char *db_path, const char *sql,
                  const usersql_limits *lim, reply *r) {
     uint64_t t0 = pp_now_ns(), deadline = t0 + lim->time_limit_ns + SQLPROC_GRACE_NS;
-    int to_child, from_child, line;
-    int e = atomic_load(&sp->stopping) ? ESHUTDOWN
-                                       : start_child(sp, exe, db_path, lim, deadline, &to_child, &from_child, &line);
+    int to_child, from_child, line, fd = -1;
+    int e = atomic_load(&sp->stopping)
+                ? ESHUTDOWN
+                : start_child(sp, exe, db_path, lim, deadline, &to_child, &from_child, &line, &fd);
+    /* a spawner gone since (killed): another, once, for this query too */
+    if (e == ESHUTDOWN && !atomic_load(&sp->stopping) && spawner_again(sp, fd) == 0)
+        e = start_child(sp, exe, db_path, lim, deadline, &to_child, &from_child, &line, &fd);
     if (e == ESHUTDOWN && atomic_load(&sp->stopping)) {
         reply_error(r, 503, "the server is stopping");
         return;

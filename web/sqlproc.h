@@ -24,6 +24,7 @@
 #ifndef PP_WEB_SQLPROC_H
 #define PP_WEB_SQLPROC_H
 
+#include <pthread.h>
 #include <sys/types.h>
 
 #include "base/pp.h"
@@ -44,18 +45,22 @@
  * kills the queries' processes it still runs; each of them also dies with
  * the spawner. */
 typedef struct sqlproc_spawner {
-    int fd;              /* the socket to the spawner; -1 before it started */
-    pid_t group;         /* its session (base/apart.h) */
+    pthread_rwlock_t lock; /* the queries read fd under it; a spawner started again writes it */
+    int fd;                /* the socket to the spawner; -1 before it started */
+    pid_t group;           /* its session (base/apart.h) */
     _Atomic int stopping;
 } sqlproc_spawner;
 
+/* No spawner yet (sqlproc_spawner_close frees it as it is). */
+void sqlproc_spawner_init(sqlproc_spawner *sp);
 /* 0, or -1 with err. Before the server starts its threads: the spawner is
- * a fork of this process. */
+ * a fork of this process. One that is gone later (killed) is started
+ * again by the next query, said on stderr. */
 int sqlproc_spawner_start(sqlproc_spawner *sp, pp_err *err);
 /* Kills every query's process and refuses new queries (503): the server
  * stops. Waits (a few seconds at most) until the spawner is gone. */
 void sqlproc_spawner_stop(sqlproc_spawner *sp);
-/* Once nothing runs queries any more: closes the socket. */
+/* Once nothing runs queries any more: closes the socket, frees sp. */
 void sqlproc_spawner_close(sqlproc_spawner *sp);
 
 /* Runs sql under lim over the database at db_path in `exe serve-query`
