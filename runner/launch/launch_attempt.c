@@ -584,9 +584,11 @@ static void reap_leftovers(const launch_ctx *c) {
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) break; /* ECHILD: no child left */
         /* only children that live on, of the keep_groups, or this launcher's
-         * own helpers where it is init (base/apart.h): none to wait for (a
-         * child that became a zombie since the waitpid is reaped first) */
-        if (((c->hooks && c->hooks->nkeep) || getpid() == 1) && descendants(c, 0, NULL, 0) == 0) {
+         * own helpers (base/apart.h: its children where it is init, or a
+         * dashboard's spawner started again once it was a subreaper): none
+         * to wait for (a child that became a zombie since the waitpid is
+         * reaped first) */
+        if (descendants(c, 0, NULL, 0) == 0) {
             while (waitpid(-1, NULL, WNOHANG) > 0) continue;
             break;
         }
