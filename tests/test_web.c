@@ -1084,11 +1084,26 @@ static int process_alive(pid_t pid) {
 
 static void *post_long_query(void *arg) {
     webclient_resp *r = arg;
-    /* runs until the time limit (10 s here) */
+    /* runs until the server's time limit */
     webclient_request(port, "POST", "/api/sql", NULL,
                       "{\"sql\": \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
                       "SELECT count(*) FROM c\"}", r);
     return NULL;
+}
+
+/* The server served again with a time limit of limit_ns, and a query
+ * that runs up to it posted on thread *t (its answer into *r): its
+ * process, and its parent (the spawner) in *spawner. */
+static pid_t long_query_running(uint64_t limit_ns, pthread_t *t, webclient_resp *r, pid_t *spawner) {
+    restart_with((http_options){.conn_timeout_s = 30, .sql_time_limit_ns = limit_ns});
+    cr_assert_eq(pthread_create(t, NULL, post_long_query, r), 0);
+    pid_t query = 0;
+    for (int i = 0; i < 500 && !query; i++) {
+        query = find_query_process(spawner);
+        if (!query) usleep(10000);
+    }
+    cr_assert(query, "no serve-query process over %s", dbpath);
+    return query;
 }
 
 /* A query's process is no child of the server's, nor is the process that
@@ -1097,16 +1112,9 @@ static void *post_long_query(void *arg) {
  * with the job's attempts. The server's stop ends both at once, and the
  * query waiting on them answers 503. */
 Test(web, queries_run_apart_from_the_server_and_end_with_it, .timeout = 60) {
-    restart_with((http_options){.conn_timeout_s = 30, .sql_time_limit_ns = 10000000000ull});
     webclient_resp r = {0};
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, post_long_query, &r), 0);
-    pid_t query = 0, spawner = 0;
-    for (int i = 0; i < 500 && !query; i++) {
-        query = find_query_process(&spawner);
-        if (!query) usleep(10000);
-    }
-    cr_assert(query, "no serve-query process over %s", dbpath);
+    pid_t spawner, query = long_query_running(10000000000ull, &t, &r, &spawner);
     cr_assert_neq(spawner, getpid(), "the query's process is the server's child");
     char path[64], stat[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)spawner);
@@ -1133,16 +1141,10 @@ Test(web, queries_run_apart_from_the_server_and_end_with_it, .timeout = 60) {
 /* A spawner that does not answer (stopped: SIGSTOP, a debugger) holds no
  * query past its deadline, and the server still stops. */
 Test(web, a_stopped_spawner_holds_no_query_past_its_deadline, .timeout = 60) {
-    restart_with((http_options){.conn_timeout_s = 30, .sql_time_limit_ns = 1000000000ull});
     webclient_resp r = {0};
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, post_long_query, &r), 0); /* its process names the spawner */
-    pid_t query = 0, spawner = 0;
-    for (int i = 0; i < 500 && !query; i++) {
-        query = find_query_process(&spawner);
-        if (!query) usleep(10000);
-    }
-    cr_assert(query, "no serve-query process over %s", dbpath);
+    pid_t spawner;
+    long_query_running(1000000000ull, &t, &r, &spawner); /* its process names the spawner */
     pthread_join(t, NULL);
     cr_assert_eq(r.status, 408, "%d %s", r.status, r.body ? r.body : "");
     webclient_free(&r);
@@ -1168,16 +1170,9 @@ Test(web, a_stopped_spawner_holds_no_query_past_its_deadline, .timeout = 60) {
  * spawner, said on stderr, and is answered; before, every query was a 500
  * until the server was started again. */
 Test(web, a_spawner_that_is_gone_is_started_again, .timeout = 60) {
-    restart_with((http_options){.conn_timeout_s = 30, .sql_time_limit_ns = 10000000000ull});
     webclient_resp r = {0};
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, post_long_query, &r), 0);
-    pid_t query = 0, spawner = 0;
-    for (int i = 0; i < 500 && !query; i++) {
-        query = find_query_process(&spawner);
-        if (!query) usleep(10000);
-    }
-    cr_assert(query, "no serve-query process over %s", dbpath);
+    pid_t spawner, query = long_query_running(10000000000ull, &t, &r, &spawner);
     capture cap;
     capture_start(&cap);
     cr_assert_eq(kill(spawner, SIGKILL), 0);
