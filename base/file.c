@@ -37,9 +37,14 @@ static void fmt_size(uint64_t n, char *buf, size_t cap) {
 }
 
 static int too_big(const char *path, const char *what, uint64_t size, uint64_t max_bytes, int at_least, pp_err *err) {
-    char has[32], cap[32];
+    char has[64], cap[64];
     fmt_size(size, has, sizeof has);
     fmt_size(max_bytes, cap, sizeof cap);
+    if (size >= 1024 && (double)size < (double)max_bytes * 1.1) { /* near the cap, a rounded size reads as it: 1025 MiB, "1.0 GiB" */
+        size_t n = strlen(has), k = strlen(cap);
+        snprintf(has + n, sizeof has - n, " (%llu bytes)", (unsigned long long)size);
+        snprintf(cap + k, sizeof cap - k, " (%llu bytes)", (unsigned long long)max_bytes);
+    }
     return pp_fail(err, "%s %s: is %s%s, over the cap of %s", what, path, at_least ? "more than " : "", has, cap);
 }
 

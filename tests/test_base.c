@@ -398,6 +398,13 @@ Test(base, an_input_over_its_cap_is_refused, .init = make_scratch, .fini = remov
     free(buf);
     cr_assert_eq(file_input_read(path, "--x", 9, &buf, &len, &err), -1);
     cr_assert(strstr(err.msg, "--x ") && strstr(err.msg, "is 10 bytes, over the cap of 9 bytes"), "%s", err.msg);
+    /* a size near the cap, which its rounding would show as the cap, says its bytes too */
+    FILE *wide = fopen(path, "w");
+    cr_assert_not_null(wide);
+    for (int i = 0; i < 1025; i++) fputc('x', wide);
+    fclose(wide);
+    cr_assert_eq(file_input_read(path, "--x", 1024, &buf, &len, &err), -1);
+    cr_assert(strstr(err.msg, "is 1.0 KiB (1025 bytes), over the cap of 1 KiB (1024 bytes)"), "%s", err.msg);
 }
 
 /* A private folder: new under TMPDIR, 0700; removed with all in it, a
