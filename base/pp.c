@@ -606,6 +606,8 @@ int pp_parse_double(const char *s, double min, double max, const char *what, dou
         return pp_fail(err, "%s: expected a decimal number in [%g, %g], got '%s'", what, min, max, s);
     errno = 0;
     double v = strtod(s, NULL);
+    if (errno == ERANGE && fabs(v) < 1) /* 1e-320: within the range, but no double holds it */
+        return pp_fail(err, "%s: %s is too small to tell from 0; give 0 or a number of at least 1e-300", what, s);
     if (errno || !isfinite(v) || v < min || v > max || (s[0] == '-' && min >= 0))
         return pp_fail(err, "%s: %s is out of range; accepted: %g to %g", what, s, min, max);
     *out = v;

@@ -116,6 +116,9 @@ Test(base, numbers_are_plain_decimal_whatever_strtod_reads) {
     }
     cr_assert_eq(pp_parse_double("-0", 0, 10, "--lr", &d, &err), -1);
     cr_assert_str_eq(err.msg, "--lr: -0 is out of range; accepted: 0 to 10");
+    /* within the range, but no double holds it: not "out of range" */
+    cr_assert_eq(pp_parse_double("1e-320", 0, 10, "--lr", &d, &err), -1);
+    cr_assert_str_eq(err.msg, "--lr: 1e-320 is too small to tell from 0; give 0 or a number of at least 1e-300");
 
     uint64_t v;
     static const char *const not_sizes[] = {"0x1000", "0x1p12", "infKiB", "nan", " 4096", "+4096", "0X400B"};
