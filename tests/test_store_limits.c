@@ -494,6 +494,24 @@ Test(store_limits, malformed_frames_are_clear_errors) {
     cr_assert_eq(reply(fd, &d, NULL), STORE_BAD);
     cr_assert(strstr(d, "unknown operation"), "%s", d);
     free(d);
+
+    /* A CLAIM with bytes after its key, and one whose key length runs past
+     * the frame: refused, nothing claimed; the connection goes on. */
+    size_t cn = frame_key(buf, STORE_OP_CLAIM, "c");
+    store_put_u32(buf, (uint32_t)(cn - 4 + 3));
+    memcpy(buf + cn, "xyz", 3);
+    send_all(fd, buf, cn + 3);
+    cr_assert_eq(reply(fd, &d, NULL), STORE_BAD);
+    cr_assert(strstr(d, "CLAIM: malformed request"), "%s", d);
+    free(d);
+    cn = frame_key(buf, STORE_OP_CLAIM, "c");
+    store_put_u32(buf + 5, 1000); /* the key's length */
+    send_all(fd, buf, cn);
+    cr_assert_eq(reply(fd, &d, NULL), STORE_BAD);
+    cr_assert(strstr(d, "CLAIM: malformed request"), "%s", d);
+    free(d);
+    send_all(fd, buf, frame_key(buf, STORE_OP_GET, "c"));
+    cr_assert_eq(reply(fd, NULL, NULL), STORE_MISSING, "a refused CLAIM set its key");
     served(fd);
 
     /* A frame length of 0 or over the limit: said so, then closed. */
