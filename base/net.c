@@ -399,3 +399,30 @@ int net_host_name(char *buf, size_t n) {
     term_escape(raw, strlen(raw), 0, buf, n, &used);
     return 0;
 }
+
+void net_fds_attach(struct msghdr *mh, net_fds_buf *b, const int *fds, int n) {
+    if (n <= 0) return;
+    memset(b, 0, sizeof *b);
+    mh->msg_control = b->buf;
+    mh->msg_controllen = CMSG_SPACE((size_t)n * sizeof(int));
+    struct cmsghdr *h = CMSG_FIRSTHDR(mh);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+    memcpy(CMSG_DATA(h), fds, (size_t)n * sizeof(int));
+}
+
+int net_fds_take(struct msghdr *mh, int *fds, int cap) {
+    int taken = 0;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(mh); h; h = CMSG_NXTHDR(mh, h)) {
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+        size_t n = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
+            if (taken < cap) fds[taken++] = fd;
+            else close(fd);
+        }
+    }
+    return taken;
+}

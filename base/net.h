@@ -19,6 +19,7 @@
 #define PP_NET_H
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "base/pp.h"
@@ -104,4 +105,21 @@ int net_route_source(const char *host, char *out, size_t cap);
  * port-0 listener of another process is handed it meanwhile. Random in
  * that range. The port, or -1 with err. */
 int net_pick_port(pp_err *err);
+
+/* Descriptors passed with a message on a Unix socket (SCM_RIGHTS): the
+ * launcher's to its guard, the dashboard's to its query spawner. At most
+ * NET_FDS_MAX a message (the kernel's SCM_MAX_FD is 253). Both functions
+ * are async-signal-safe: the guard, a child forked from the threaded
+ * launcher, uses them. A receiver points msg_control at a net_fds_buf and
+ * msg_controllen at its size. */
+#define NET_FDS_MAX 200
+typedef union net_fds_buf {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(NET_FDS_MAX * sizeof(int))];
+} net_fds_buf;
+/* Attaches fds[0..n) (0 <= n <= NET_FDS_MAX; none: nothing) to mh, in b. */
+void net_fds_attach(struct msghdr *mh, net_fds_buf *b, const int *fds, int n);
+/* The descriptors a received message carried: the first cap of them into
+ * fds, every other one closed. Returns how many went into fds. */
+int net_fds_take(struct msghdr *mh, int *fds, int cap);
 #endif

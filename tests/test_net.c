@@ -3,7 +3,8 @@
  * not resolve, a bad HOST:PORT), every socket is close-on-exec, a connect
  * gives up at its deadline, whole reads and writes stop at theirs, and a
  * listener on an address this machine does not have falls back to every
- * interface only when asked. */
+ * interface only when asked; descriptors passed on a Unix socket arrive,
+ * and those not taken are closed. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -316,4 +317,52 @@ Test(net, a_picked_port_is_free_and_not_ephemeral) {
         cr_assert(fd >= 0, "%s", err.msg);
         close(fd);
     }
+}
+
+/* How many descriptors this process has open. */
+static int open_fds(void) {
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++) n += fcntl(fd, F_GETFD) >= 0;
+    return n;
+}
+
+/* Descriptors passed with a message arrive as the same files; those past
+ * what the receiver takes are closed, not leaked. */
+Test(net, passed_descriptors_arrive_and_the_ones_not_taken_are_closed) {
+    int sv[2], p[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    cr_assert_eq(pipe(p), 0);
+    int before = open_fds();
+    int fds[NET_FDS_MAX];
+    for (int i = 0; i < NET_FDS_MAX; i++) fds[i] = p[1];
+    char byte = 'x';
+    struct iovec iov = {&byte, 1};
+    struct msghdr out = {.msg_iov = &iov, .msg_iovlen = 1};
+    net_fds_buf ctl;
+    net_fds_attach(&out, &ctl, fds, NET_FDS_MAX);
+    cr_assert_eq(sendmsg(sv[0], &out, 0), 1, "%s", strerror(errno));
+
+    net_fds_buf in_ctl;
+    struct msghdr in = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = in_ctl.buf, .msg_controllen = sizeof in_ctl.buf};
+    cr_assert_eq(recvmsg(sv[1], &in, MSG_CMSG_CLOEXEC), 1);
+    cr_assert_eq(in.msg_flags & MSG_CTRUNC, 0);
+    int got[3];
+    cr_assert_eq(net_fds_take(&in, got, 3), 3);
+    cr_assert_eq(open_fds(), before + 3, "the %d descriptors not taken are closed", NET_FDS_MAX - 3);
+    cr_assert(cloexec(got[0]));
+    cr_assert_eq(write(got[2], "y", 1), 1); /* the pipe's write end */
+    char c = 0;
+    cr_assert_eq(read(p[0], &c, 1), 1);
+    cr_assert_eq(c, 'y');
+    for (int i = 0; i < 3; i++) close(got[i]);
+
+    /* a message without descriptors: nothing taken */
+    struct msghdr plain = {.msg_iov = &iov, .msg_iovlen = 1};
+    net_fds_attach(&plain, &ctl, NULL, 0);
+    cr_assert_eq(sendmsg(sv[0], &plain, 0), 1);
+    in.msg_control = in_ctl.buf, in.msg_controllen = sizeof in_ctl.buf;
+    cr_assert_eq(recvmsg(sv[1], &in, 0), 1);
+    cr_assert_eq(net_fds_take(&in, got, 3), 0);
+    cr_assert_eq(open_fds(), before);
+    close(sv[0]), close(sv[1]), close(p[0]), close(p[1]);
 }

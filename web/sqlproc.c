@@ -261,22 +261,11 @@ static void spawner_reap(void) {
  * a message cut short (said on its line) or with other than three
  * descriptors (any that came closed). */
 static ssize_t spawner_recv(int sock, char *req, size_t cap, int fds[3], int *whole) {
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(3 * sizeof(int))];
-    } ctl;
+    net_fds_buf ctl;
     struct iovec iov = {req, cap};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     ssize_t got = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-    int nfds = 0;
-    for (struct cmsghdr *h = got >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; h; h = CMSG_NXTHDR(&mh, h))
-        if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
-            for (size_t k = 0; k < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(h) + k * sizeof fd, sizeof fd);
-                if (nfds < 3) fds[nfds++] = fd;
-                else close(fd);
-            }
+    int nfds = got >= 0 ? net_fds_take(&mh, fds, 3) : 0;
     *whole = got > 0 && nfds == 3 && !(mh.msg_flags & MSG_CTRUNC);
     if (*whole && (mh.msg_flags & MSG_TRUNC)) { /* too long for a request: said so on its line */
         close(fds[0]), close(fds[1]);
@@ -457,18 +446,10 @@ static int start_child(sqlproc_spawner *sp, const char *exe, const char *db_path
         return e;
     }
     int fds[3] = {in[0], out[1], ln[1]};
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof fds)];
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
+    net_fds_buf ctl;
     struct iovec iov = {req, (size_t)len + 1};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-    struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-    h->cmsg_level = SOL_SOCKET;
-    h->cmsg_type = SCM_RIGHTS;
-    h->cmsg_len = CMSG_LEN(sizeof fds);
-    memcpy(CMSG_DATA(h), fds, sizeof fds);
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    net_fds_attach(&mh, &ctl, fds, 3);
     /* by the deadline: a spawner that does not read (stopped) must not
      * hold this worker, and with it the server's stop */
     ssize_t w;

@@ -11,6 +11,7 @@
 #include "runner/launch/launch_int.h"
 
 #include "base/apart.h"
+#include "base/net.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -354,7 +355,6 @@ typedef struct guard_msg {
 #define GUARD_WILL_BYTES (60 * 1024)
 #define GUARD_WILL_ARGS 256
 #define GUARD_WILL_FDS LAUNCH_MAX_NPROC
-#define GUARD_FDS_PER_MSG 200 /* one message carries at most SCM_MAX_FD (253) */
 #define GUARD_BYE_NS 2000000000ull /* for the guard to exit once told goodbye */
 
 struct launch_guard {
@@ -386,16 +386,7 @@ static void guard_close_next(void) {
 /* The descriptors a message carried: the next will's when it is a
  * GUARD_WILL_FDS, else (or past the limit) closed at once. */
 static void guard_take_fds(struct msghdr *mh, int keep) {
-    for (struct cmsghdr *h = CMSG_FIRSTHDR(mh); h; h = CMSG_NXTHDR(mh, h)) {
-        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
-        size_t n = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < n; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
-            if (keep && guard_next_nfds < GUARD_WILL_FDS) guard_next_fds[guard_next_nfds++] = fd;
-            else close(fd);
-        }
-    }
+    guard_next_nfds += net_fds_take(mh, guard_next_fds + guard_next_nfds, keep ? GUARD_WILL_FDS - guard_next_nfds : 0);
 }
 
 /* The new will replaces the one in force: its descriptors, and the
@@ -452,10 +443,7 @@ static void guard_group(pid_t v) {
 /* Reads the launcher's messages until its end. 1 when it said goodbye. */
 static int guard_listen(int sock) {
     for (;;) {
-        union {
-            struct cmsghdr align;
-            char buf[CMSG_SPACE(GUARD_FDS_PER_MSG * sizeof(int))];
-        } ctl;
+        net_fds_buf ctl;
         struct iovec iov = {guard_in, sizeof guard_in};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
         struct pollfd p = {.fd = sock, .events = POLLIN};
@@ -534,21 +522,9 @@ static int guard_send(launch_guard *g, int kind, int value, const void *data, si
                       int flags) {
     guard_msg m = {kind, value};
     struct iovec iov[2] = {{&m, sizeof m}, {(void *)data, len}};
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(GUARD_FDS_PER_MSG * sizeof(int))];
-    } ctl;
+    net_fds_buf ctl;
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
-    if (nfds > 0) {
-        memset(&ctl, 0, sizeof ctl);
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
-        struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-        h->cmsg_level = SOL_SOCKET;
-        h->cmsg_type = SCM_RIGHTS;
-        h->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
-        memcpy(CMSG_DATA(h), fds, (size_t)nfds * sizeof(int));
-    }
+    net_fds_attach(&mh, &ctl, fds, nfds);
     ssize_t w;
     while ((w = sendmsg(g->fd, &mh, flags | MSG_NOSIGNAL)) < 0 && errno == EINTR) {
     }
@@ -577,8 +553,8 @@ int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nf
         at += n;
     }
     int rc = guard_send(g, GUARD_WILL_BEGIN, 0, NULL, 0, NULL, 0, 0);
-    for (int at = 0; rc == 0 && at < nfds; at += GUARD_FDS_PER_MSG) {
-        int n = nfds - at < GUARD_FDS_PER_MSG ? nfds - at : GUARD_FDS_PER_MSG;
+    for (int at = 0; rc == 0 && at < nfds; at += NET_FDS_MAX) {
+        int n = nfds - at < NET_FDS_MAX ? nfds - at : NET_FDS_MAX;
         rc = guard_send(g, GUARD_WILL_FDS, 0, NULL, 0, fds + at, n, 0);
     }
     if (rc == 0) rc = guard_send(g, GUARD_WILL_ARGV, 0, text, len, NULL, 0, 0);
