@@ -578,7 +578,9 @@ static int attempt_over(attempt *a) {
 /* Killed descendants may still be zombies (or on their way): reap them
  * here, or they would outlive us as entries in the process table. */
 static void reap_leftovers(const launch_ctx *c) {
-    for (int tries = 0; tries < 2000; tries++) {
+    uint64_t give_up = pp_now_ns() + 2000000000ull;
+    useconds_t pause = 1000;
+    while (pp_now_ns() < give_up) {
         pid_t r = waitpid(-1, NULL, WNOHANG);
         if (r > 0) continue;
         if (r < 0 && errno == EINTR) continue;
@@ -592,7 +594,8 @@ static void reap_leftovers(const launch_ctx *c) {
             while (waitpid(-1, NULL, WNOHANG) > 0) continue;
             break;
         }
-        usleep(1000); /* a child is still exiting */
+        usleep(pause); /* a child is still exiting: looked for again, less often (each look reads /proc) */
+        if (pause < 32000) pause *= 2;
     }
 }
 
