@@ -12,8 +12,9 @@
 #include "sched/sched.h"
 
 /* What one microbatch holds on a stage of `layers` layers after its F (f)
- * and after its B (b), until its W: gpt, its blocks' saved tensors (less
- * what recompute drops: `recompute` is 0 none, 1 full, 2 selective, as
+ * and after its B (b), until its W, and the most part-way through its B,
+ * its recompute done (mid; the timed model holds b throughout: 0). For gpt its
+ * blocks' saved tensors (less what recompute drops: `recompute` is 0 none, 1 full, 2 selective, as
  * model_recompute), the first stage's tokens, the last stage's head, probs
  * and targets; timed, `act` bytes (F's copy of its input, freed by W). The
  * recompute's own moment, between F and B, is not counted, as the trace

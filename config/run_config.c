@@ -610,7 +610,7 @@ int run_config_mem(const run_config *cfg, int stages, sched_act *act, sched_mem 
         return 0;
     }
     if (!cfg->max_mem_bytes) {
-        for (int s = 0; s < stages; s++) act[s] = (sched_act){1, 1};
+        for (int s = 0; s < stages; s++) act[s] = (sched_act){1, 1, 0};
         return 0;
     }
     int *first = malloc(sizeof *first * (size_t)(stages + 1));
@@ -631,9 +631,7 @@ static int plan_bounded(const run_config *cfg, const char *schedule, int ranks, 
     if (csv) {
         stages = csv->stages;
     } else {
-        int v = cfg->virtual_stages ? cfg->virtual_stages
-                : cfg->schedule == RUN_SCHEDULE_ZB_V || cfg->schedule == RUN_SCHEDULE_INTERLEAVED_1F1B ? 2 : 1;
-        stages = ranks * v;
+        stages = ranks * (cfg->virtual_stages ? cfg->virtual_stages : sched_default_virtual(schedule));
     }
     sched_act *act = malloc(sizeof *act * (size_t)(stages > 0 ? stages : 1));
     sched_mem mem;

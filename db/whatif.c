@@ -52,7 +52,7 @@ static int64_t whatif_act_replay(const balance_profile *bytes, const sched_plan 
     sched_act *act = malloc(sizeof *act * (size_t)S);
     pp_err ignored;
     int ok = each && peak && high && act;
-    for (int s = 0; ok && s < S; s++) act[s] = (sched_act){each[s].f, each[s].b}, high[s] = each[s].w;
+    for (int s = 0; ok && s < S; s++) act[s] = (sched_act){each[s].f, each[s].b, 0}, high[s] = each[s].w;
     sched_mem mem = {.act = act, .nact = S, .bytes = 1, .high = high};
     ok = ok && sched_mem_peaks(plan, &mem, peak, NULL, &ignored) == 0;
     double most = 0;
@@ -280,7 +280,7 @@ static void whatif_curve_one(const whatif_input *in, int col, int bound, whatif_
     whatif_row_init(&row, kind, v);
     /* a chunk's share of a 1F1B stage: its layers' (gpt), or all (timed) */
     double share = in->fixed_act_bytes ? 1.0 : 1.0 / v;
-    sched_act units = {share, share};
+    sched_act units = {share, share, 0};
     sched_mem mem = {.max = bound, .act = &units, .nact = 1};
     sched_costs c = whatif_chunk_costs(in, v), *each = NULL;
     sched_plan *plan = NULL;
@@ -985,7 +985,7 @@ static int whatif_read_rises(sqlite3 *db, const job_summary *s, const whatif_rep
     for (int k = 0; k < n; k++) {
         int64_t f = durations_median(&rise[k * 3]), b = durations_median(&rise[k * 3 + 1]);
         if (*missing < 0 && (rise[k * 3].n == 0 || rise[k * 3 + 1].n == 0 || f <= 0)) *missing = k;
-        act[k] = (sched_act){(double)f, (double)(f + b)};
+        act[k] = (sched_act){(double)f, (double)(f + b), 0};
         if (high) high[k] = (double)f + (rise[k * 3 + 2].n ? (double)durations_median(&rise[k * 3 + 2]) : 0);
     }
     for (int k = 0; k < 3 * n; k++) free(rise[k].v);

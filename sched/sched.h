@@ -264,9 +264,11 @@ void sched_costs_text(const sched_costs *c, char *buf, size_t size);
  * BW), as sched_sim.peak_inflight and step_stats.act_peak_bytes do: `f`
  * after the F, `b` after the B (B may free some, or save more for W).
  * Microbatch-stages are {1, 1}; bytes are a model's (config/model_act.h) or a
- * job's measured ones. */
+ * job's measured ones. `mid`, where known (0: not), is the most it holds
+ * part-way through its B (after any recompute), which a rank's count can
+ * show only beside an overlapped pair's F (sched_mem_peaks). */
 typedef struct sched_act {
-    double f, b;
+    double f, b, mid;
 } sched_act;
 
 /* 1 when both of a's numbers are numbers and none is negative: what every

@@ -107,7 +107,7 @@ static void gen_interleaved(lists *l, int p, int m, int v) {
 static int build_zbv(int p, int m, const sched_costs *c, sched_plan **out, pp_err *err) {
     sched_act *units = malloc(sizeof *units * (size_t)(2 * p));
     if (!units) return pp_fail(err, "schedule zb-v: out of memory");
-    for (int s = 0; s < 2 * p; s++) units[s] = (sched_act){1, 1};
+    for (int s = 0; s < 2 * p; s++) units[s] = (sched_act){1, 1, 0};
     sched_greedy_in in = {.p = p, .m = m, .v = 2, .costs = c, .act = units, .limit = 2 * p};
     int rc = sched_greedy_best(&in, "zb-v", out, NULL, err);
     free(units);

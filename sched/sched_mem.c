@@ -18,7 +18,7 @@
 static int over(double held, double max) { return held > max + 1e-9 * (max > 1 ? max : 1); }
 
 sched_act sched_mem_act(const sched_mem *mem, int stage) {
-    if (!mem || !mem->act) return (sched_act){1, 1};
+    if (!mem || !mem->act) return (sched_act){1, 1, 0};
     return mem->act[mem->nact == 1 ? 0 : stage];
 }
 
@@ -36,7 +36,9 @@ const char *sched_mem_text(const sched_mem *mem, double value, char *buf, size_t
     return buf;
 }
 
-int sched_act_valid(sched_act a) { return a.f >= 0 && a.b >= 0 && isfinite(a.f) && isfinite(a.b); }
+int sched_act_valid(sched_act a) {
+    return a.f >= 0 && a.b >= 0 && a.mid >= 0 && isfinite(a.f) && isfinite(a.b) && isfinite(a.mid);
+}
 
 /* mem's table against a plan of `stages` stages: one entry or one per
  * stage, none negative or not a number. */
@@ -93,20 +95,26 @@ int sched_mem_peaks(const sched_plan *plan, const sched_mem *mem, double *peak, 
             int has_high = mem && mem->act && mem->high;
             double high = has_high ? mem->high[mem->nact == 1 ? 0 : a->stage] : 0;
             /* during a B (or a BW, a B and its W at once) the microbatch
-             * may hold more than after it (mem->high). The second half of
-             * an overlapped pair runs beside its F, and the trace's count,
-             * read at one half's end, catches the other midway: at the
-             * recompute's end the F before it dropped what a recompute
-             * brings back (F drops it block by block: at most high - f
-             * beyond what it keeps); at the F's end (after its drop) the
-             * B midway, holding what it saves for W beside what the
-             * recompute brought back (at most b - f more). The larger
-             * counts (docs/schedules.md, "What if"). */
-            double mid = 0;
-            if (i > 0 && sched_overlaps(plan, r, i - 1)) mid = pair_f > u.b - u.f ? pair_f : u.b - u.f;
-            double during = (a->op == SCHED_B || a->op == SCHED_BW) && has_high
-                                ? held - u.f + high + (mid > 0 ? mid : 0)
-                                : -INFINITY;
+             * may hold more than after it: with mem->high, its moment
+             * after the recompute. The second half of an overlapped pair
+             * runs beside its F, and the trace's count, read at one
+             * half's end, catches the other midway: at the F's end the B
+             * part-way (u.mid where known, else what the recompute
+             * brought back and B's growth: high + b - f), at the B's
+             * recompute the F before its drop (block by block: at most
+             * high - f beyond what it keeps). The larger counts
+             * (docs/schedules.md, "What counts"). */
+            double during = -INFINITY;
+            if (a->op == SCHED_B || a->op == SCHED_BW) {
+                double start = has_high ? high : u.f; /* the B's start, its recompute done */
+                if (has_high) during = held - u.f + high;
+                if (i > 0 && sched_overlaps(plan, r, i - 1)) {
+                    double mid = u.mid > 0 ? u.mid : start + u.b - u.f;
+                    double f_end = held - u.f + mid, b_start = held - u.f + start + pair_f;
+                    during = f_end > during ? f_end : during;
+                    during = b_start > during ? b_start : during;
+                }
+            }
             pair_f = a->op == SCHED_F && has_high && sched_overlaps(plan, r, i) && high > u.f ? high - u.f : 0;
             /* F holds f; B turns it into b; W (or a BW, B and W at once) lets go */
             held += a->op == SCHED_F ? u.f : a->op == SCHED_B ? u.b - u.f : a->op == SCHED_W ? -u.b : -u.f;
@@ -329,7 +337,7 @@ static int parse_one_act(const char *item, const char *what, sched_act *out, lon
     if (colon) memcpy(b, colon + 1, nb), b[nb] = '\0';
     uint64_t fb, bb;
     if (pp_parse_size(f, what, &fb, err) != 0 || (colon && pp_parse_size(b, what, &bb, err) != 0)) return -1;
-    *out = (sched_act){(double)fb, colon ? (double)bb : (double)fb};
+    *out = (sched_act){(double)fb, colon ? (double)bb : (double)fb, 0};
     return 0;
 }
 
