@@ -236,6 +236,9 @@ static const output outputs[] = {
     {"--db", "run " TIMED " --db %s", "%s-journal", 2, 0, 0},
     {"--save-weights", "run " TIMED " --trace off --save-weights %s", "%s/stage_1.f32", 2, 0, 0},
     {"--checkpoint-dir", "run " TIMED " --trace off --checkpoint-dir %s", "%s/latest", 2, 0, 0},
+    /* a step folder there already (a run's before): its stage files too, before the job starts (one
+     * planted while it runs fails the job, naming it: file_output_begin in the rank) */
+    {"--checkpoint-dir", "run " TIMED " --trace off --checkpoint-dir %s", "%s/step_0/stage_1.ckpt", 2, 0, 0},
     /* the folder and the first attempt's log files are checked before the
      * job starts (launch_check_start: exit 2, nothing written); their
      * folders are made, and a later attempt's files opened, as it starts
@@ -452,18 +455,26 @@ Test(attack, links_at_every_temporary_name_are_not_followed) {
     }
 }
 
-/* A checkpoint's stage file is written when a step ends, inside the
- * folder: a link planted there is refused then (the job fails, naming
- * it), and its file keeps its content. */
-Test(attack, a_link_at_a_checkpoint_file_fails_the_job_and_is_not_followed) {
+/* A step folder of --checkpoint-dir that is a file: refused before the
+ * job starts (it failed the job at its last step), the file as it was;
+ * one of a step the job does not save, or not a step's name, is no
+ * concern of it. */
+Test(attack, a_checkpoint_step_folder_that_is_a_file_is_refused_before_the_job) {
     wipe();
-    plant(at("c/step_0/stage_1.ckpt"), LINK);
-    snap p0 = take(at("precious.txt"));
+    cr_assert_eq(mkdir(at("c"), 0755), 0);
+    tfix_write(at("c/step_0"), "mine\n");
+    tfix_write(at("c/step_5"), "mine\n");
+    tfix_write(at("c/step_00"), "mine\n");
+    snap f0 = take(at("c/step_0"));
     int rc = pprun("run " TIMED " --trace off --checkpoint-dir c");
-    cr_assert_eq(rc, 1, "%s", out);
-    cr_assert(strstr(out, "checkpoint c/step_0/stage_1.ckpt: is a symbolic link"), "%s", out);
-    snap p1 = take(at("precious.txt"));
-    assert_same(&p0, &p1, "precious.txt");
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "--checkpoint-dir: c/step_0, where step 0's checkpoint goes, is a regular file, not a "
+                          "directory"),
+              "%s", out);
+    snap f1 = take(at("c/step_0"));
+    assert_same(&f0, &f1, "c/step_0");
+    cr_assert_eq(unlink(at("c/step_0")), 0);
+    cr_assert_eq(pprun("run " TIMED " --trace off --checkpoint-dir c"), 0, "%s", out);
 }
 
 /* ---- inputs ----------------------------------------------------------------- */

@@ -65,8 +65,8 @@ static int weights_not_outputs(const run_job *job, const char *name, pp_err *err
 }
 
 /* --save-weights DIR (DIR/stage_S.f32 for every stage) and --checkpoint-dir
- * DIR (DIR/latest; the step folders are new): refused before the job
- * starts rather than when its last step is done. */
+ * DIR (DIR/latest, and the step folders there already): refused before
+ * the job starts rather than when its last step is done. */
 static int check_output_folders(const run_job *job, pp_err *err) {
     const run_config *cfg = &job->cfg;
     int there = cfg->save_weights[0] ? check_folder("--save-weights", cfg->save_weights, err) : 0;
@@ -79,7 +79,10 @@ static int check_output_folders(const run_job *job, pp_err *err) {
     }
     if (there < 0) return -1;
     there = cfg->checkpoint_dir[0] ? check_folder("--checkpoint-dir", cfg->checkpoint_dir, err) : 0;
-    if (there > 0 && check_in_folder("--checkpoint-dir", cfg->checkpoint_dir, "latest", err) != 0) return -1;
+    if (there > 0 && (check_in_folder("--checkpoint-dir", cfg->checkpoint_dir, "latest", err) != 0 ||
+                      checkpoint_dir_check_steps(cfg->checkpoint_dir, cfg->steps, cfg->checkpoint_every,
+                                                 job->plan->stages, err) != 0))
+        return -1;
     return there < 0 ? -1 : 0;
 }
 

@@ -123,6 +123,34 @@ static int numbered(const char *name, const char *prefix, const char *suffix) {
 static int is_latest(const char *name) { return strcmp(name, "latest") == 0; }
 static int is_stage_file(const char *name) { return numbered(name, "stage_", ".ckpt"); }
 
+int checkpoint_dir_check_steps(const char *dir, int steps, int every, int stages, pp_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : pp_fail(err, "--checkpoint-dir %s: cannot read the folder: %s", dir, strerror(errno));
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        if (!numbered(e->d_name, "step_", "") || strlen(e->d_name) > 13) continue; /* step_ and an int */
+        long step = strtol(e->d_name + 5, NULL, 10);
+        char path[1024];
+        checkpoint_dir_step_path(dir, (int)step, path, sizeof path);
+        if (step >= steps || !((every && (step + 1) % every == 0) || step == steps - 1) ||
+            strcmp(strrchr(path, '/') + 1, e->d_name) != 0) /* step_01 is no step's */
+            continue;
+        struct stat st;
+        if (stat(path, &st) != 0 && lstat(path, &st) != 0) continue; /* gone since */
+        if (!S_ISDIR(st.st_mode)) {
+            rc = pp_fail(err, "--checkpoint-dir: %s, where step %ld's checkpoint goes, is %s, not a directory", path,
+                         step, file_kind(st.st_mode));
+            break;
+        }
+        for (int s = 0; rc == 0 && s < stages; s++) {
+            checkpoint_dir_stage_path(dir, (int)step, s, path, sizeof path);
+            rc = file_output_check(path, "--checkpoint-dir", err);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
 int checkpoint_dir_sweep(const char *dir, pp_err *err) {
     int removed = file_output_sweep(dir, is_latest, err);
     if (removed < 0) return -1;
