@@ -459,10 +459,12 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         cfg->zero1 = 1;
     else if (strcmp(opt, "--dp-overlap") == 0) {
         if ((rc = parse_name(on_off_names, opt, value, &v, err)) == 0) cfg->dp_overlap = v;
+        if (!cfg->dp_tuned) cfg->dp_tuned = "--dp-overlap";
     } else if (strcmp(opt, "--dp-bucket") == 0) {
         rc = pp_parse_size(value, opt, &cfg->dp_bucket, err);
         if (rc == 0 && (cfg->dp_bucket < 4096 || cfg->dp_bucket > (1ull << 30)))
             rc = pp_fail(err, "--dp-bucket: accepted: 4KiB to 1GiB, got '%s'", value);
+        if (!cfg->dp_tuned) cfg->dp_tuned = "--dp-bucket";
     } else if (strcmp(opt, "--eval-every") == 0)
         rc = parse_int(opt, value, 1, 1 << 24, &cfg->eval_every, err);
     else if (strcmp(opt, "--eval-microbatches") == 0)
@@ -551,6 +553,9 @@ int run_config_mesh(run_config *cfg, int world, const char *world_from, pp_err *
     if (cfg->zero1 && cfg->dp < 2)
         return pp_fail(err, "--zero1 shards the optimizer state over the data-parallel group: it needs --dp 2 or more "
                        "(this job has %d pipeline%s)", cfg->dp, cfg->dp == 1 ? "" : "s");
+    if (cfg->dp_tuned && cfg->dp < 2)
+        return pp_fail(err, "%s tunes the data-parallel all-reduce: it needs --dp 2 or more (this job has %d "
+                       "pipeline%s)", cfg->dp_tuned, cfg->dp, cfg->dp == 1 ? "" : "s");
     return 0;
 }
 

@@ -127,6 +127,7 @@ typedef struct run_config {
     int zero1;            /* --zero1: optimizer state sharded over each data-parallel group */
     int dp_overlap;       /* --dp-overlap on|off: a stage's all-reduce starts at its last W (on) or after the rank's last action (off) */
     uint64_t dp_bucket;   /* --dp-bucket SIZE: bytes of gradient per all-reduce bucket */
+    const char *dp_tuned; /* the first of --dp-overlap, --dp-bucket given (NULL: none): they need dp > 1 */
     int eval_every;       /* --eval-every K: an evaluation step after every K-th training step; 0 = never */
     int eval_microbatches; /* --eval-microbatches N: per replica and evaluation step (0 = --microbatches) */
     char eval_data[512];  /* --eval-data FILE; "" = the last tenth of the training data, held out */

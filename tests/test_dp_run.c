@@ -492,6 +492,9 @@ Test(dp_run, bad_mesh_options_exit_2_naming_the_option_and_write_nothing) {
          "--fail-at phase=allreduce: the job has one pipeline"},
         {"--nproc-per-node 4 --dp 2 --fail-at step=0,rank=0,phase=allreduce,mb=1", "phase=allreduce takes no mb"},
         {"--nproc-per-node 2 --dp 2 --dp-bucket 1KiB", "--dp-bucket: accepted: 4KiB to 1GiB"},
+        {"--nproc-per-node 2 --dp-bucket 64KiB", "--dp-bucket tunes the data-parallel all-reduce: it needs --dp 2"},
+        {"--nproc-per-node 4 --dp 1 --dp-overlap off --dp-bucket 64KiB",
+         "--dp-overlap tunes the data-parallel all-reduce: it needs --dp 2 or more (this job has 1 pipeline)"},
         {"--nproc-per-node 2 --dp 2 --dp-overlap maybe", "--dp-overlap: 'maybe' is not accepted; accepted: on|off"},
         {"--nproc-per-node 2 --eval-every 1 --eval-data /nonexistent/eval.txt", "--eval-data /nonexistent/eval.txt"},
         /* without --nproc-per-node, --pp x --dp set the ranks: what is wrong
