@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <arpa/inet.h>
 #include <unistd.h>
 
@@ -3033,4 +3034,87 @@ Test(web_harden, a_waiting_query_whose_client_left_gives_up_its_place, .timeout 
     cr_assert(strstr(buf, " 408 "), "%s", buf);
     close(running);
     teardown();
+}
+
+/* A burst of requests whose clients closed once they had sent them (the
+ * request and the end of the stream in one segment: TCP_CORK) costs the
+ * server no route's work: each would have held one of its threads for its
+ * time, and 128 of /steps kept every client out for 13 to 35 s. */
+Test(web_harden, requests_whose_clients_left_before_their_turn_are_not_run, .timeout = 60) {
+    start_with(3, "succeeded", (http_options){0});
+    static const char req[] = "GET /api/jobs/1/steps HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    for (int i = 0; i < 20; i++) {
+        int fd = connect_server(), on = 1, off = 0;
+        setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+        cr_assert_eq(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+        shutdown(fd, SHUT_WR);
+        setsockopt(fd, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+        close(fd);
+    }
+    while (metric_value("pprun_http_requests_gone_total") < 20) usleep(20000);
+    cr_assert_eq(metric_value("pprun_http_requests_gone_total"), 20);
+    cJSON_Delete(get_json("/api/jobs/1/steps", 200)); /* a client that stays is answered */
+    teardown();
+}
+
+/* Answers their clients do not read are bounded all together: past
+ * max_held the next large one is a 503 saying so, small ones still go, and
+ * once the clients have read (or left) answers go again. A client that
+ * asks and never reads otherwise grew the server by each answer (512 of
+ * /steps of a long job: 4 GB). */
+Test(web_harden, answers_no_client_reads_are_bounded, .timeout = 60) {
+    start_with(3, "succeeded", (http_options){.max_held = 1u << 20});
+    pp_err err;
+    cr_assert_eq(fixture_add_history(dbpath, 3, 40000, &err), 0, "%s", err.msg);
+    static const char req[] = "GET /api/jobs/1/steps HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    int fds[64], n = 0;
+    for (; n < 64 && metric_value("pprun_http_answer_bytes_held") <= (1u << 20); n++) {
+        fds[n] = connect_to(port, 4096);
+        cr_assert_eq(write(fds[n], req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+        while (metric_value("pprun_http_answer_bytes_held") == 0) usleep(10000); /* until it is made */
+        usleep(100000);
+    }
+    cr_assert_lt(n, 64, "64 answers nobody reads hold %g bytes", metric_value("pprun_http_answer_bytes_held"));
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/api/jobs/1/steps", NULL, NULL, &r), 0);
+    cr_assert_eq(r.status, 503, "%d", r.status);
+    cr_assert(strstr(r.body, "of answers its clients have not read yet") && strstr(r.body, "would pass 1024 KiB"),
+              "%s", r.body);
+    webclient_free(&r);
+    cJSON_Delete(get_json("/api/jobs", 200)); /* a small answer goes */
+    for (int i = 0; i < n; i++) close(fds[i]);
+    while (metric_value("pprun_http_answer_bytes_held") > 0) usleep(20000);
+    cr_assert_eq(webclient_request(port, "GET", "/api/jobs/1/steps", NULL, NULL, &r), 0);
+    cr_assert_eq(r.status, 200, "%d %.200s", r.status, r.body);
+    webclient_free(&r);
+    teardown();
+}
+
+/* A file whose `plan` is a view over a query that never ends (it passes
+ * every check by its columns): the route's own queries stop at the request
+ * time limit with a 503 that says so, the server goes on, and it stops at
+ * once with one of them running (it held a thread, and the stop, for
+ * good). */
+Test(web_harden, a_table_made_an_endless_view_is_stopped_at_the_time_limit, .timeout = 60) {
+    pp_err err;
+    cr_assert_eq(usersql_init(&err), 0, "%s", err.msg);
+    fixture_fresh(dbpath, sizeof dbpath, "web", 3, "succeeded");
+    exec_sql("ALTER TABLE plan RENAME TO plan_real; CREATE VIEW plan AS SELECT * FROM plan_real WHERE (WITH "
+             "RECURSIVE r(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r WHERE x < 0) IS NULL");
+    serve((http_options){.conn_timeout_s = 2});
+    int hung = connect_server();
+    static const char req[] = "GET /api/jobs/1/plan HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    cr_assert_eq(write(hung, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    char buf[2048] = "";
+    read_all(hung, buf, sizeof buf);
+    close(hung);
+    cr_assert(strstr(buf, " 503 ") && strstr(buf, "ran past 2s (--timeout) and were stopped"), "%s", buf);
+    cJSON_Delete(get_json("/api/jobs", 200)); /* and the server goes on */
+    http_stop(srv); /* and with one running: the stop ends it */
+    serve((http_options){0});
+    hung = connect_server();
+    cr_assert_eq(write(hung, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    usleep(300000); /* its query under way (were it not yet, the stop has it refused) */
+    teardown();
+    close(hung);
 }

@@ -115,7 +115,22 @@ static int open_listener(const http_options *o, unsigned backlog, int *family, c
 
 /* The libmicrohttpd response for r's body, NULL when out of memory. Takes
  * what r owns (body, file, stream) either way. */
-static struct MHD_Response *response_of(reply *r) {
+/* An answer's bytes, held by libmicrohttpd until its client has read
+ * them: counted in the server's `held` from its making to its free. */
+typedef struct held_body {
+    http_server *s;
+    char *body;
+    size_t len;
+} held_body;
+
+static void held_body_free(void *arg) {
+    held_body *h = arg;
+    atomic_fetch_sub(&h->s->held, h->len);
+    free(h->body);
+    free(h);
+}
+
+static struct MHD_Response *response_of(http_server *s, reply *r) {
     struct MHD_Response *resp;
     if (r->stream) {
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, r->stream, r->stream_arg, r->stream_end);
@@ -130,20 +145,46 @@ static struct MHD_Response *response_of(reply *r) {
     } else if (r->data) {
         resp = MHD_create_response_from_buffer(r->len, (void *)r->data, MHD_RESPMEM_PERSISTENT);
     } else {
-        resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
-        if (!resp) free(r->body);
+        held_body *h = malloc(sizeof *h);
+        resp = h ? MHD_create_response_from_buffer_with_free_callback_cls(r->len, r->body, held_body_free, h) : NULL;
+        if (resp) {
+            *h = (held_body){s, r->body, r->len};
+            atomic_fetch_add(&s->held, r->len);
+        } else {
+            free(h);
+            free(r->body);
+        }
     }
     r->body = NULL;
     return resp;
 }
 
+/* Answers not yet read by their clients hold at most max_held bytes in
+ * all (about: threads check it side by side): one past it (but for the
+ * first, however large) is a 503 instead. Clients that ask and never read
+ * (512 connections of 8 MB answers: 4 GB) otherwise grew the server
+ * without bound. An answer of a few KiB (an error's) always goes. */
+#define HELD_SMALL (64u << 10)
+
+static void keep_within_held(http_server *s, reply *r) {
+    if (r->stream || r->file || r->data || !r->body || r->len <= HELD_SMALL) return;
+    size_t held = atomic_load(&s->held);
+    if (held == 0 || held + r->len <= s->o.max_held) return;
+    size_t len = r->len;
+    reply_clear(r);
+    reply_error(r, 503, "the server holds %zu KiB of answers its clients have not read yet, and this one of %zu KiB "
+                        "would pass %zu KiB: try again once they have",
+                held >> 10, len >> 10, s->o.max_held >> 10);
+}
+
 static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, reply *r) {
+    keep_within_held(s, r);
     int stream = r->stream != NULL;
-    struct MHD_Response *resp = response_of(r);
+    struct MHD_Response *resp = response_of(s, r);
     if (!resp && stream) { /* a 500 in its place */
         stream = 0;
         reply_error(r, 500, "cannot create the stream response");
-        resp = response_of(r);
+        resp = response_of(s, r);
     }
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->type ? r->type : "application/json");
@@ -205,10 +246,46 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 
 /* Runs fn for q on db: with ROUTE_JOB only once job {id} is loaded into
  * q->job (a 404 in r when there is none). */
+/* A route's own database work is watched: it ends at the server's stop,
+ * when its client has gone, and (but for a trace export, minutes by
+ * design) past the request time limit. SQLite checks nothing itself: a
+ * file whose `plan` is a view over an endless recursive query held a
+ * thread, and the server's stop, for good. */
+#define WATCH_PEEK_NS 100000000ull /* how often the client's socket is looked at */
+typedef struct db_watch {
+    http_server *s;
+    int fd;
+    uint64_t deadline, next_peek;
+    int why; /* 0, or what ended the work: 1 the stop, 2 the limit, 3 the client gone */
+} db_watch;
+
+static int db_watch_progress(void *arg) {
+    db_watch *w = arg;
+    uint64_t now = pp_now_ns();
+    if (atomic_load(&w->s->stopping)) w->why = 1;
+    else if (now >= w->deadline) w->why = 2;
+    else if (now >= w->next_peek && (w->next_peek = now + WATCH_PEEK_NS, conn_client_gone(w->fd))) w->why = 3;
+    return w->why;
+}
+
 static void run_with_db(route_req *q, unsigned flags, route_fn *fn, sqlite3 *db, reply *r) {
+    unsigned limit_s = q->s->o.conn_timeout_s;
+    uint64_t now = pp_now_ns();
+    db_watch w = {q->s, conn_fd(q->c), flags & ROUTE_TRACE_POOL ? UINT64_MAX : now + (uint64_t)limit_s * 1000000000ull,
+                  now + WATCH_PEEK_NS, 0};
+    sqlite3_progress_handler(db, 10000, db_watch_progress, &w);
     q->db = db;
     if (!(flags & ROUTE_JOB) || routes_load_job(db, q->id, &q->job, r) == 0) fn(q, r);
     q->db = NULL;
+    sqlite3_progress_handler(db, 0, NULL, NULL);
+    if (w.why == 0) return;
+    reply_clear(r);
+    if (w.why == 2)
+        reply_error(r, 503, "%.200s: the server's own queries for it ran past %us (--timeout) and were stopped: a "
+                            "job too large for it, or a file whose tables are not the ones pprun wrote",
+                    q->url, limit_s);
+    else
+        reply_error(r, 503, w.why == 1 ? "the server is stopping" : "the client has gone");
 }
 
 /* On a pool's worker: the rest of a request its handler handed on. */
@@ -245,6 +322,11 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, reques
         return MHD_YES;
     }
     if (rt->flags & (ROUTE_DB | ROUTE_JOB)) {
+        /* A client that sent its request and closed (a burst of them
+         * queued behind the listener) gets no work done for it: each
+         * would hold a thread, and every other client, for the route's
+         * time */
+        if (conn_client_gone(conn_fd(c))) return atomic_fetch_add(&s->gone, 1), MHD_NO;
         pp_err err;
         sqlite3 *db = dbpool_get(&s->pool, &err);
         if (!db) {
@@ -366,6 +448,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     s->o = *opts;
     if (!s->o.threads) s->o.threads = 4;
     if (!s->o.conn_timeout_s) s->o.conn_timeout_s = 30;
+    if (!s->o.max_held) s->o.max_held = 256u << 20;
     if (!s->o.max_conns) s->o.max_conns = 512;
     if (!s->o.max_conns_per_ip) s->o.max_conns_per_ip = 128;
     if (!s->o.max_body) s->o.max_body = 64 * 1024;
@@ -486,6 +569,7 @@ uint16_t http_port(const http_server *s) { return s->port; }
 
 void http_stop(http_server *s) {
     if (!s) return;
+    atomic_store(&s->stopping, 1); /* the routes' database work ends (run_with_db) */
     /* Suspended stream connections must be resumed before the daemon stops
      * (libmicrohttpd's rule); live_end_all makes each one end its stream. */
     live_end_all(s->live);

@@ -54,6 +54,8 @@ typedef struct http_options {
     unsigned live_poll_ms;      /* how often live streams poll the db; 0 = 200 */
     unsigned live_heartbeat_ms; /* keep-alive comment on idle streams; 0 = 10000 */
     unsigned events_scan_budget; /* /events: most events aggregated per bucket, beyond that per step; 0 = 60000 */
+    size_t max_held;            /* bytes of answers their clients have not read yet, all together: past it (but for
+                                 * the first) a 503; 0 = 256 MiB */
 } http_options;
 
 typedef struct http_server http_server;

@@ -42,6 +42,8 @@ static const metric job_metrics[JOB_NUMBERS] = {
 /* The server's numbers, a metric each, after the requests by status code. */
 enum {
     SRV_SLOW_CLOSED,
+    SRV_GONE,
+    SRV_HELD,
     SRV_LIVE,
     SRV_LIVE_UNSENT,
     SRV_LIVE_STALLED,
@@ -56,6 +58,11 @@ enum {
 static const metric server_metrics[SRV_NUMBERS] = {
     [SRV_SLOW_CLOSED] = {"pprun_http_slow_requests_closed_total", "counter",
                          "Connections closed because a request did not arrive whole within the timeout."},
+    [SRV_GONE] = {"pprun_http_requests_gone_total", "counter",
+                  "Requests of the database routes not run: their client had closed the connection before their "
+                  "turn (the pools' waiting ones are answered 503)."},
+    [SRV_HELD] = {"pprun_http_answer_bytes_held", "gauge",
+                  "Bytes of answers given to clients that have not read them yet (past 256 MiB: 503)."},
     [SRV_LIVE] = {"pprun_live_streams", "gauge", "Open live (SSE) streams."},
     [SRV_LIVE_UNSENT] = {"pprun_live_unsent_bytes", "gauge",
                          "Bytes of live-stream messages their clients have not read yet, all streams (bounded: "
@@ -272,6 +279,8 @@ static void write_server(jw *w, http_server *s) {
     unsigned long long v[SRV_NUMBERS];
     unsigned running, waiting;
     v[SRV_SLOW_CLOSED] = atomic_load(&s->reaper.closed);
+    v[SRV_GONE] = atomic_load(&s->gone);
+    v[SRV_HELD] = atomic_load(&s->held);
     v[SRV_LIVE] = (unsigned long long)live_count(s->live);
     v[SRV_LIVE_UNSENT] = live_unsent(s->live);
     v[SRV_LIVE_STALLED] = live_stalled(s->live);

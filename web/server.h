@@ -35,6 +35,9 @@ struct http_server {
     char *sql_exe;          /* the pprun that runs them (http_options.sql_exe) */
     reaper reaper;
     atomic_ullong requests[HTTP_CODES]; /* by status code, for /metrics */
+    atomic_int stopping;                /* http_stop began: the routes' database work ends */
+    atomic_size_t held;                 /* bytes of answers libmicrohttpd holds until their clients read them */
+    atomic_ullong gone;                 /* requests not run: their clients had closed */
 };
 
 #endif
