@@ -3094,7 +3094,7 @@ Test(web_harden, answers_no_client_reads_are_bounded, .timeout = 60) {
  * every check by its columns): the route's own queries stop at the request
  * time limit with a 503 that says so, the server goes on, and it stops at
  * once with one of them running (it held a thread, and the stop, for
- * good). */
+ * good); with a live stream polling such a table too. */
 Test(web_harden, a_table_made_an_endless_view_is_stopped_at_the_time_limit, .timeout = 60) {
     pp_err err;
     cr_assert_eq(usersql_init(&err), 0, "%s", err.msg);
@@ -3115,6 +3115,17 @@ Test(web_harden, a_table_made_an_endless_view_is_stopped_at_the_time_limit, .tim
     hung = connect_server();
     cr_assert_eq(write(hung, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
     usleep(300000); /* its query under way (were it not yet, the stop has it refused) */
+    http_stop(srv);
+    close(hung);
+    /* the live streams' polls too: `losses` endless, a stream open on a running job */
+    exec_sql("UPDATE jobs SET status = 'running', ended_at = NULL, exit_code = NULL");
+    exec_sql("ALTER TABLE losses RENAME TO losses_real; CREATE VIEW losses AS SELECT * FROM losses_real WHERE (WITH "
+             "RECURSIVE r(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r WHERE x < 0) IS NULL");
+    serve((http_options){0});
+    hung = connect_server();
+    static const char live[] = "GET /api/jobs/1/live HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    cr_assert_eq(write(hung, live, sizeof live - 1), (ssize_t)(sizeof live - 1));
+    usleep(500000);
     teardown();
     close(hung);
 }

@@ -50,6 +50,7 @@
 #include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,11 @@ struct live_hub {
     pthread_t thread;
     int running, stop;    /* under mu */
     sqlite3 *db;          /* the hub thread's */
+    /* A tick's queries end at the hub's stop or past LIVE_TICK_MAX_NS
+     * (hub_progress): a file whose tables are views over endless queries
+     * held the hub, and the server's stop, for good. */
+    atomic_int halt;
+    atomic_ullong tick_deadline;
     unsigned poll_ms, heartbeat_ms;
     live_sub *subs;       /* under mu; freed only by the hub thread (or live_free) */
     unsigned long long stalled; /* under mu: streams ended because their clients took nothing */
@@ -479,6 +485,13 @@ static int by_unsent(const void *a, const void *b) {
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
+#define LIVE_TICK_MAX_NS 10000000000ull
+
+static int hub_progress(void *arg) {
+    live_hub *h = arg;
+    return atomic_load(&h->halt) || pp_now_ns() > atomic_load(&h->tick_deadline);
+}
+
 /* Polls streams in order until they have been given `room` bytes (the
  * rest of LIVE_UNSENT_MAX); the others wait for a later tick. */
 static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room) {
@@ -491,6 +504,7 @@ static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room) {
         db_reader_close(h->db);
         h->db = fresh;
     }
+    sqlite3_progress_handler(h->db, 10000, hub_progress, h);
     tick t = {.db = h->db};
     /* One read transaction: every query of the tick sees one snapshot, so
      * no event id at or below `hi` can appear later. */
@@ -586,6 +600,7 @@ static void *hub_main(void *arg) {
         size_t room = unsent < LIVE_UNSENT_MAX ? LIVE_UNSENT_MAX - unsent : 0;
         /* Only this thread frees streams, so the snapshot stays valid. */
         pthread_mutex_unlock(&h->mu);
+        atomic_store(&h->tick_deadline, pp_now_ns() + LIVE_TICK_MAX_NS);
         if (n > 0 && room > 0) run_tick(h, snap, n, room);
         pthread_mutex_lock(&h->mu);
         for (int i = 0; i < n; i++) {
@@ -753,6 +768,7 @@ void live_open(live_hub *h, struct MHD_Connection *c, long job, reply *r) {
 
 void live_end_all(live_hub *h) {
     if (!h) return;
+    atomic_store(&h->halt, 1);
     pthread_mutex_lock(&h->mu);
     h->stop = 1;
     pthread_cond_signal(&h->cv);
