@@ -292,7 +292,7 @@ static int run_pair(const char *transport, shared *sh, int phase) {
     if (child == 0) _exit(rc ? 1 : 0);
     int st;
     waitpid(child, &st, 0);
-    comm_cleanup(key, 2);
+    comm_cleanup(key);
     close(pp.ab[0]), close(pp.ab[1]), close(pp.ba[0]), close(pp.ba[1]);
     return rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }

@@ -137,7 +137,7 @@ static int bench_group(const char *transport, int D, result *res) {
         waitpid(kids[r], &st, 0);
         ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
     }
-    comm_cleanup(key, D);
+    comm_cleanup(key);
     *res = *shared;
     munmap(x, sizeof *x), munmap(shared, sizeof *shared);
     return ok ? 0 : -1;

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <errno.h>
 #include <time.h>
@@ -873,6 +874,47 @@ Test(comm_shm, rings_shrink_with_the_ranks_of_a_node) {
 }
 
 /* ---- a TCP reader thread that cannot start ---------------------------------- */
+
+/* The ring of pair (a, b) of attempt `attempt` of run `run`, made in
+ * /dev/shm as a rank that died before its peer attached leaves it; and
+ * whether it is there. */
+static void plant_ring(const char *run, int attempt, int a, int b) {
+    char key[192], name[128];
+    comm_job_key(run, attempt, key, sizeof key);
+    comm_shm_name(pp_hash_str(key), a, b, name, sizeof name);
+    int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
+    cr_assert(fd >= 0, "%s: %s", name, strerror(errno));
+    close(fd);
+}
+static int ring_there(const char *run, int attempt, int a, int b) {
+    char key[192], name[128], path[200];
+    comm_job_key(run, attempt, key, sizeof key);
+    comm_shm_name(pp_hash_str(key), a, b, name, sizeof name);
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    return access(path, F_OK) == 0;
+}
+
+/* The cleanup after an attempt removes its rings, whichever pairs of
+ * however large a world, and nothing of another attempt or run. */
+Test(comm_shm, the_cleanup_removes_the_attempts_rings_and_nothing_else) {
+    char run[64], other[64], key[192];
+    snprintf(run, sizeof run, "cleanup-%d", getpid());
+    snprintf(other, sizeof other, "other-%d", getpid());
+    plant_ring(run, 1, 0, 1);
+    plant_ring(run, 1, 900, 1023);
+    plant_ring(run, 2, 0, 1);
+    plant_ring(other, 1, 0, 1);
+    comm_job_key(run, 1, key, sizeof key);
+    comm_cleanup(key);
+    cr_assert(!ring_there(run, 1, 0, 1) && !ring_there(run, 1, 900, 1023));
+    cr_assert(ring_there(run, 2, 0, 1), "another attempt's");
+    cr_assert(ring_there(other, 1, 0, 1), "another run's");
+    comm_job_key(run, 2, key, sizeof key);
+    comm_cleanup(key);
+    comm_job_key(other, 1, key, sizeof key);
+    comm_cleanup(key);
+    cr_assert(!ring_there(run, 2, 0, 1) && !ring_there(other, 1, 0, 1));
+}
 
 /* Rank 1 runs as a user with no thread left to start (RLIMIT_NPROC at the
  * threads it runs; the real uid is what the limit counts, and the saved uid

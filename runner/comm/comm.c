@@ -6,6 +6,7 @@
  * turns a dead peer into a prompt error instead of a hang. */
 #include "runner/comm/comm_int.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -43,15 +44,24 @@ const char *comm_tag_str(uint64_t tag, char *buf, size_t cap) {
     return buf;
 }
 
-void comm_cleanup(const char *job_key, int world) {
+void comm_job_key(const char *run_id, int attempt, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s-a%d", run_id, attempt);
+}
+
+void comm_cleanup(const char *job_key) {
     if (!job_key) return;
-    uint64_t h = pp_hash_str(job_key); /* names shm objects from any job key */
-    char name[128];
-    for (int a = 0; a < world; a++)
-        for (int b = a + 1; b < world; b++) {
-            comm_shm_name(h, a, b, name, sizeof name);
-            shm_unlink(name);  /* ENOENT is the normal case */
-        }
+    uint64_t hash = pp_hash_str(job_key);
+    DIR *d = opendir("/dev/shm"); /* where glibc's shm_open keeps its names */
+    const size_t n = sizeof COMM_SHM_PREFIX - 1;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strncmp(e->d_name, COMM_SHM_PREFIX, n) != 0 || strlen(e->d_name) <= n + 16 || e->d_name[n + 16] != '-' ||
+            strtoull(e->d_name + n, NULL, 16) != hash)
+            continue;
+        char name[sizeof e->d_name + 1];
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        shm_unlink(name);
+    }
+    if (d) closedir(d);
 }
 
 /* ---- reader side --------------------------------------------------------- */

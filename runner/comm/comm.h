@@ -91,11 +91,18 @@ static inline uint64_t comm_tag(uint64_t step, uint64_t stage, uint64_t mb, uint
  * Every comm error message names the tag this way. */
 const char *comm_tag_str(uint64_t tag, char *buf, size_t cap);
 
-/* Removes the shared-memory objects a job attempt may have left behind when a
- * rank died before its peer attached (names derive from job_key).  The
- * launcher calls it after the attempt's workers are gone; safe to call
- * anytime nobody of that attempt still needs to attach. */
-void comm_cleanup(const char *job_key, int world);
+/* The job key of attempt `attempt` of run `run_id` ("RUN-aN"): what the
+ * comm of its ranks is opened with, and names its store keys and
+ * shared-memory objects by. */
+void comm_job_key(const char *run_id, int attempt, char *buf, size_t cap);
+
+/* Removes the shared-memory objects the attempt of `job_key` may have
+ * left on this machine: a rank died before its peer attached, or the
+ * launcher was killed (its guard's salvage calls it). One read of
+ * /dev/shm, whatever the world's size (every pair's name tried was half a
+ * million unlink calls at 1,024 ranks, each launcher, each attempt). Safe
+ * once nobody of the attempt still needs to attach. */
+void comm_cleanup(const char *job_key);
 
 /* Store key under which rank publishes its endpoint ("pid=.. node=.. host=..
  * port=..") at comm_open: "comm/<job_key>/ep/<rank>". */

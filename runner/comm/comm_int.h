@@ -174,6 +174,7 @@ int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
 
 /* comm_shm.c */
 /* Name of the segment holding both rings between ranks a < b. */
+#define COMM_SHM_PREFIX "pprun-" /* then the job key's hash, 16 hex digits, and "-A-B" */
 void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap);
 int comm_shm_attach(comm_peer *p, pp_err *err);
 /* The rings a pair of ranks tries first (bytes each way; smaller ones where

@@ -90,7 +90,7 @@ static size_t hdr_bytes(void) {
 }
 
 void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap) {
-    snprintf(buf, cap, "/pprun-%016" PRIx64 "-%d-%d", job_hash, a, b);
+    snprintf(buf, cap, "/" COMM_SHM_PREFIX "%016" PRIx64 "-%d-%d", job_hash, a, b);
 }
 
 static void fwait(_Atomic uint32_t *w, uint32_t v, uint64_t ns) {

@@ -111,8 +111,8 @@ static void after_attempt(void *ctx, const launch_info *info, const launch_resul
     job->progress_next = run_progress_stop(job->progress);
     job->progress = NULL;
     char job_key[192];
-    snprintf(job_key, sizeof job_key, "%s-a%d", info->run_id, info->attempt);
-    comm_cleanup(job_key, info->world_size);
+    comm_job_key(info->run_id, info->attempt, job_key, sizeof job_key);
+    comm_cleanup(job_key);
     pp_err err;
     if (!job->program && job->cfg.checkpoint_dir[0] && checkpoint_dir_sweep(job->cfg.checkpoint_dir, &err) < 0)
         fprintf(stderr, "pprun run: --checkpoint-dir: a temporary file of a checkpoint stays: %s\n", err.msg);

@@ -172,7 +172,7 @@ static void say_why(blame *b, int failed, int first_gone, const int *chain, cons
 
 int job_blame(run_job *job, const launch_info *info, int failed_rank, char *why, size_t cap) {
     blame b = {.job = job, .info = info};
-    snprintf(b.job_key, sizeof b.job_key, "%s-a%d", info->run_id, info->attempt);
+    comm_job_key(info->run_id, info->attempt, b.job_key, sizeof b.job_key);
     char host[256];
     int port, root = -1;
     pp_err e;

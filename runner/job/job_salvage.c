@@ -13,6 +13,7 @@
 #include <sqlite3.h>
 
 #include "base/net.h"
+#include "runner/comm/comm.h"
 #include "runner/job/job_rows.h"
 #include "runner/job/job_tracing.h"
 
@@ -71,6 +72,8 @@ static void tell_will(run_job *job, const job_outcome *end) {
     will_addf(&w, "%ld", (long)job->plan->ranks * (job->cfg.dp > 0 ? job->cfg.dp : 1)); /* every replica's ranks */
     will_add(&w, "--steps"); /* the collector's bound: 0, none, for a program's job */
     will_addf(&w, "%ld", (long)job_step_bound(job));
+    will_add(&w, "--attempts"); /* whose shared-memory objects may be left */
+    will_addf(&w, "%ld", (long)job->lo.max_restarts + 1);
     int fds[LAUNCH_MAX_NPROC], nfds = 0;
     for (int l = 0; job->rings && l < job->lo.nproc_per_node && job->rings[l]; l++)
         fds[nfds++] = trace_ring_fd(job->rings[l]);
@@ -117,7 +120,7 @@ void job_salvage_disarm(run_job *job) {
 
 typedef struct salvage {
     const char *db, *run_id, *host, *ranks_ended, *failure;
-    long job, launcher, world_size, steps, rings, first_rank, failed_rank;
+    long job, launcher, world_size, steps, rings, first_rank, failed_rank, attempts;
 } salvage;
 
 static int parse(int argc, char **argv, salvage *s, pp_err *err) {
@@ -132,6 +135,7 @@ static int parse(int argc, char **argv, salvage *s, pp_err *err) {
                     : !strcmp(opt, "--rings")       ? &s->rings
                     : !strcmp(opt, "--first-rank")  ? &s->first_rank
                     : !strcmp(opt, "--failed-rank") ? &s->failed_rank
+                    : !strcmp(opt, "--attempts")    ? &s->attempts
                                                     : NULL;
         if (num && pp_parse_long(val, -1, 1L << 62, opt, num, err) != 0) return -1;
         if (!strcmp(opt, "--db")) s->db = val;
@@ -222,25 +226,30 @@ static void failure_line(const salvage *s, const pp_err *ring_fault, const pp_er
 int job_salvage_main(int argc, char **argv) {
     salvage s;
     pp_err err;
-    db *d;
+    db *d = NULL;
     /* Nobody reads this process's output (the guard's is /dev/null): the
      * job's row is all it leaves, and a reader shows `lost` without it. */
+    if (parse(argc, argv, &s, &err) != 0) return 2;
     /* a file that is gone (deleted while the job ran) is not made again */
     struct stat st;
-    if (parse(argc, argv, &s, &err) != 0 || stat(s.db, &st) != 0 || !S_ISREG(st.st_mode) ||
-        db_open(s.db, &d, &err) != 0)
-        return 2;
-    int rc = 0;
-    if (still_running(d, s.job, s.run_id)) {
+    int rc = stat(s.db, &st) != 0 || !S_ISREG(st.st_mode) || db_open(s.db, &d, &err) != 0 ? 2 : 0;
+    if (rc == 0 && still_running(d, s.job, s.run_id)) {
         pp_err derr, ring_fault = {.msg = ""}, stored = {.msg = ""};
         char failure[2048];
         /* what it could not store is lost, said in the failure; the end still goes in */
         if (s.rings > 0 && drain(&s, d, &ring_fault, &stored) == 0) stored.msg[0] = '\0';
         if (s.steps == 0) db_job_steps_traced(d, s.job, &derr); /* a program's job: the steps it traced */
         failure_line(&s, &ring_fault, &stored, failure, sizeof failure);
-        rc = db_finish_job(d, s.job, "failed", SALVAGE_EXIT_CODE, (int)s.failed_rank, failure, &err);
+        rc = db_finish_job(d, s.job, "failed", SALVAGE_EXIT_CODE, (int)s.failed_rank, failure, &err) == 0 ? 0 : 1;
     }
     db_close(d);
     for (long i = 0; i < s.rings; i++) close(SALVAGE_FIRST_FD + (int)i);
-    return rc == 0 ? 0 : 1;
+    /* its ranks are gone (the guard killed them before it ran this): the
+     * rings of pairs whose peer never attached, which nobody else removes */
+    for (long a = 0; a < s.attempts && a < 100000; a++) {
+        char key[192];
+        comm_job_key(s.run_id, (int)a, key, sizeof key);
+        comm_cleanup(key);
+    }
+    return rc;
 }

@@ -225,7 +225,7 @@ static int open_comm(worker *w, pp_err *err) {
     for (int r = 0; r < w->world; r++)
         w->rank_node[r] = r / w->local_world; /* global ranks are node-major */
     char job_key[192];
-    snprintf(job_key, sizeof job_key, "%s-a%d", w->run_id, w->attempt);
+    comm_job_key(w->run_id, w->attempt, job_key, sizeof job_key);
     if (store_connect_env(WORKER_STORE_TIMEOUT_NS, &w->comm_store, err) != 0) return -1;
     comm_config cc = {
         .rank = w->rank,

@@ -254,7 +254,7 @@ static int run_job(const job *j, char *dir, size_t dircap, char *msg, size_t msg
     }
     char key[64];
     snprintf(key, sizeof key, "enginecheck-%d", (int)getpid());
-    comm_cleanup(key, j->ranks);
+    comm_cleanup(key);
     if (failed < 0) return 0;
     char path[512];
     size_t n;

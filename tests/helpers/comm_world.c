@@ -153,7 +153,7 @@ static int run_ranks(int world, const int *nodes, const char *transport, int sto
         if (hung && !res->exited[r] && res->code[r] == SIGKILL && !res->report[r][0])
             snprintf(res->report[r], sizeof res->report[r], "HUNG: killed after %d s", CW_DEADLINE_S);
     }
-    comm_cleanup(res->job_key, world);
+    comm_cleanup(res->job_key);
     rm_dir(dir);
     return 0;
 }
