@@ -38,6 +38,16 @@ int pp_fail(pp_err *err, const char *fmt, ...) {
     return -1;
 }
 
+const char *pp_strerror(int e, char *buf, size_t n) {
+    struct rlimit rl;
+    if (e == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        snprintf(buf, n, "%s (this process may hold %llu at once: ulimit -n)", strerror(e),
+                 (unsigned long long)rl.rlim_cur);
+    else
+        snprintf(buf, n, "%s", strerror(e));
+    return buf;
+}
+
 int pp_wrap(pp_err *err, const char *fmt, ...) {
     if (!err) return -1;
     char prefix[512], old[sizeof err->msg];

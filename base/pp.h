@@ -19,6 +19,10 @@ typedef struct pp_err {
 int pp_fail(pp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes an existing message: "context: old message". Returns -1. */
 int pp_wrap(pp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* strerror(e) into buf, and for EMFILE the limit that was met: "Too many
+ * open files (this process may hold 1024 at once: ulimit -n)", which the
+ * bare text leaves the user to guess. Returns buf. */
+const char *pp_strerror(int e, char *buf, size_t n);
 
 /* CLOCK_MONOTONIC in nanoseconds: the clock of every trace timestamp and
  * deadline. Read through the TSC where that is safe, within

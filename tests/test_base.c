@@ -1,6 +1,8 @@
 /* test_base.c: the shared parsers (what a user types on the command line),
  * text for the terminal and the files a user names. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -502,4 +504,15 @@ Test(base, an_output_appears_whole_at_the_commit, .init = make_scratch, .fini = 
     cr_assert_eq(file_output_commit(&o, &err), 0, "%s", err.msg);
     cr_assert_eq(stat(path, &st1), 0);
     cr_assert_eq(st1.st_mode & 0777, 0640, "the replaced file is %o", st1.st_mode & 0777);
+}
+
+/* A descriptor limit met is said with the limit and how to raise it. */
+Test(base, too_many_open_files_names_the_limit) {
+    char buf[160], want[160];
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    snprintf(want, sizeof want, "Too many open files (this process may hold %llu at once: ulimit -n)",
+             (unsigned long long)rl.rlim_cur);
+    cr_assert_str_eq(pp_strerror(EMFILE, buf, sizeof buf), want);
+    cr_assert_str_eq(pp_strerror(ENOENT, buf, sizeof buf), strerror(ENOENT));
 }

@@ -138,7 +138,8 @@ int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err) {
     /* Close-on-exec: the launcher passes each ring to its own worker only
      * (launch_env_pass_fd). */
     int fd = memfd_create("pprun-trace-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0) return pp_fail(err, "trace ring: memfd_create failed: %s", strerror(errno));
+    char why[160];
+    if (fd < 0) return pp_fail(err, "trace ring: memfd_create failed: %s", pp_strerror(errno, why, sizeof why));
     size_t bytes = ring_bytes(cap);
     if (ftruncate(fd, (off_t)bytes) != 0) {
         int e = errno;

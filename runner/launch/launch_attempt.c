@@ -119,7 +119,8 @@ static int start_rank(launch_ctx *c, int lr, slot *s, pp_err *err) {
         }
     }
     if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0) {
-        pp_fail(err, "pipe: %s", strerror(errno));
+        char why[160];
+        pp_fail(err, "pipe: %s", pp_strerror(errno, why, sizeof why));
         goto fail;
     }
     fcntl(po[0], F_SETFL, O_NONBLOCK);
