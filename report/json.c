@@ -355,6 +355,7 @@ int report_critpath_step_json(jw *w, int64_t job, int64_t t0, int world, long st
 /* ---- plan ------------------------------------------------------------- */
 
 static void plan_row(void *w, sqlite3_stmt *st) { report_sql_row(w, st); }
+static void plan_row_left_out(void *w, sqlite3_stmt *st) { (void)w, (void)st; }
 
 int report_plan_json(jw *w, sqlite3 *db, int64_t job, int world, pp_err *err) {
     int64_t *busy = calloc((size_t)world, sizeof *busy), makespan;
@@ -364,12 +365,25 @@ int report_plan_json(jw *w, sqlite3 *db, int64_t job, int world, pp_err *err) {
         pp_fail(err, "out of memory");
         goto out;
     }
+    sqlite3_stmt *st;
+    int64_t actions = -1;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM plan WHERE job_id = ?1", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, job);
+        if (sqlite3_step(st) == SQLITE_ROW) actions = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (actions < 0) {
+        pp_fail(err, "reading the plan's size: %s", sqlite3_errmsg(db));
+        goto out;
+    }
+    int listed = actions <= REPORT_PLAN_ACTIONS_MAX;
     jw_obj(w);
     jw_kint(w, "job", job);
     jw_kint(w, "world_size", world);
+    jw_kint(w, "actions_left_out", listed ? 0 : actions);
     jw_key(w, "actions");
     jw_arr(w);
-    simulated = summary_plan(db, job, world, busy, peak, &makespan, plan_row, w, err);
+    simulated = summary_plan(db, job, world, busy, peak, &makespan, listed ? plan_row : plan_row_left_out, w, err);
     if (simulated < 0) goto out;
     jw_arr_end(w);
     jw_key(w, "simulated");

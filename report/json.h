@@ -31,7 +31,12 @@ int report_critpath_step_json(jw *w, int64_t job, int64_t t0, int world, long st
                               pp_err *err);
 /* GET /api/jobs/{id}/plan: job's planned actions as db holds them, each
  * rank's simulated bubble and its peak of microbatches in flight
- * (summary_plan). 0, or -1 with err on a database error or out of memory. */
+ * (summary_plan); past REPORT_PLAN_ACTIONS_MAX actions none of them, their
+ * number said (actions_left_out): some 130 bytes each, a plan of 1,024
+ * ranks x 3,000 microbatches was 1.1 GB, more than a browser holds as
+ * text, and more than it could draw. 0, or -1 with err on a database
+ * error or out of memory. */
+#define REPORT_PLAN_ACTIONS_MAX 300000
 int report_plan_json(jw *w, sqlite3 *db, int64_t job, int world, pp_err *err);
 /* GET /api/jobs/{id}/compare?vs=M: job js (what-if jwr) beside job os (owr),
  * c from compare_read; both summaries read with SUMMARY_OPS. db supplies

@@ -376,14 +376,15 @@ function viewAnchor() {
 // (anchor: viewAnchor()).
 function drawPlan(anchor) {
   const c = $('plan');
-  const n = world(), none = !S.plan || !S.plan.simulated; // nothing to draw: a line, not a row per rank
+  const n = world(), none = !S.plan || !S.plan.simulated || S.plan.actions_left_out > 0; // nothing to draw: a line, not a row per rank
   const { g, w, h } = sizeCanvas(c, none ? 32 : AXIS_H + n * (ROW_H + ROW_GAP) + 4);
   g.clearRect(0, 0, w, h);
   probe.planDrawn = 0;
   const planY = (rank) => AXIS_H + rank * (ROW_H + ROW_GAP); // the plan has no GPU lanes
   if (none) {
     g.fillStyle = '#888'; g.font = '12px system-ui, sans-serif';
-    g.fillText(S.plan && S.plan.actions.length ? 'the plan has no simulated times' : 'no plan stored for this job', LABEL_W, 20);
+    g.fillText(S.plan && S.plan.actions_left_out ? `the plan has ${S.plan.actions_left_out} actions, more than the dashboard draws: pprun stats and SQL (the plan table) have them`
+      : S.plan && S.plan.actions.length ? 'the plan has no simulated times' : 'no plan stored for this job', LABEL_W, 20);
     return;
   }
   probe.planAnchor = anchor ? anchor.step : null;
