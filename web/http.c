@@ -113,8 +113,6 @@ static int open_listener(const http_options *o, unsigned backlog, int *family, c
 
 /* ---- request life cycle --------------------------------------------------- */
 
-/* The libmicrohttpd response for r's body, NULL when out of memory. Takes
- * what r owns (body, file, stream) either way. */
 /* An answer's bytes, held by libmicrohttpd until its client has read
  * them: counted in the server's `held` from its making to its free. */
 typedef struct held_body {
@@ -130,6 +128,8 @@ static void held_body_free(void *arg) {
     free(h);
 }
 
+/* The libmicrohttpd response for r's body, NULL when out of memory. Takes
+ * what r owns (body, file, stream) either way. */
 static struct MHD_Response *response_of(http_server *s, reply *r) {
     struct MHD_Response *resp;
     if (r->stream) {
@@ -244,8 +244,6 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
-/* Runs fn for q on db: with ROUTE_JOB only once job {id} is loaded into
- * q->job (a 404 in r when there is none). */
 /* A route's own database work is watched: it ends at the server's stop,
  * when its client has gone, and (but for a trace export, minutes by
  * design) past the request time limit. SQLite checks nothing itself: a
@@ -268,6 +266,8 @@ static int db_watch_progress(void *arg) {
     return w->why;
 }
 
+/* Runs fn for q on db: with ROUTE_JOB only once job {id} is loaded into
+ * q->job (a 404 in r when there is none). */
 static void run_with_db(route_req *q, unsigned flags, route_fn *fn, sqlite3 *db, reply *r) {
     unsigned limit_s = q->s->o.conn_timeout_s;
     uint64_t now = pp_now_ns();
