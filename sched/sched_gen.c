@@ -109,7 +109,7 @@ static int build_zbv(int p, int m, const sched_costs *c, sched_plan **out, pp_er
     if (!units) return pp_fail(err, "schedule zb-v: out of memory");
     for (int s = 0; s < 2 * p; s++) units[s] = (sched_act){1, 1, 0};
     sched_greedy_in in = {.p = p, .m = m, .v = 2, .costs = c, .act = units, .limit = 2 * p};
-    int rc = sched_greedy_best(&in, "zb-v", out, NULL, err);
+    int rc = sched_greedy_best(&in, "zb-v", out, NULL, NULL, err);
     free(units);
     return rc;
 }

@@ -343,7 +343,8 @@ int sched_greedy(const sched_greedy_in *in, const char *name, sched_plan **out, 
     return rc;
 }
 
-int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **out, int *bound, pp_err *err) {
+int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **out, int *bound, double *step,
+                      pp_err *err) {
     sched_plan *best = NULL;
     double best_step = 0;
     if (bound) *bound = 0;
@@ -368,5 +369,6 @@ int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **
         }
     }
     *out = best;
+    if (step) *step = best_step;
     return 0;
 }

@@ -72,8 +72,10 @@ int sched_greedy(const sched_greedy_in *in, const char *name, sched_plan **out, 
  * one on a tie. Neither is better everywhere: with send time (p=4, m=8,
  * f=b=w=1, comm=0.1) waiting idles 10.1% against 16.1%; with p=2 it can
  * lose. -1 with the plain one's error when it cannot be built; *bound as
- * sched_greedy's, for either. */
-int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **out, int *bound, pp_err *err);
+ * sched_greedy's, for either; *step (may be NULL) the winner's simulated
+ * step, so that a caller comparing plans does not simulate it again. */
+int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **out, int *bound, double *step,
+                      pp_err *err);
 
 /* The validator's rejection (sched_validate.c), for the rule that
  * sched_validate_mem adds: "schedule NAME rejected: rule 'RULE': DETAIL"

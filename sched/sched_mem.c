@@ -183,8 +183,8 @@ typedef struct pick {
     double step;
 } pick;
 
-static void offer(pick *best, sched_plan *plan, const sched_costs *costs) {
-    double step = step_at(plan, costs);
+/* plan, whose step at the build costs is `step`, against the best so far. */
+static void offer(pick *best, sched_plan *plan, double step) {
     if (!best->plan || step < best->step) {
         sched_free(best->plan);
         best->plan = plan, best->step = step;
@@ -207,8 +207,7 @@ static void offer(pick *best, sched_plan *plan, const sched_costs *costs) {
  * here build: there the monotony is not promised). */
 #define SWEEP_ACTIONS 50000000L
 
-static int sweep(const sched_greedy_in *base, const char *kind, double least, const sched_costs *costs, pick *best,
-                 pp_err *err) {
+static int sweep(const sched_greedy_in *base, const char *kind, double least, pick *best, pp_err *err) {
     double q = HUGE_VAL; /* a level apart: the smallest stage's microbatch */
     for (int s = 0; s < base->p * base->v; s++) {
         double need = unit_need(base->act[s]);
@@ -225,7 +224,8 @@ static int sweep(const sched_greedy_in *base, const char *kind, double least, co
         sched_plan *plan = NULL;
         int bound = 1;
         pp_err e;
-        if (sched_greedy_best(&in, kind, &plan, &bound, &e) == 0) offer(best, plan, costs), built = 1;
+        double step;
+        if (sched_greedy_best(&in, kind, &plan, &bound, &step, &e) == 0) offer(best, plan, step), built = 1;
         else if (!built && err) *err = e;
         if (!bound) break; /* every higher level gives this order too */
     }
@@ -266,7 +266,7 @@ int sched_build_bounded(const char *kind, int p, int m, int v, const sched_costs
         return pp_fail(err, "schedule %s: out of memory", kind);
     }
     sched_greedy_in in = {.p = p, .m = m, .v = zbv ? 2 : 1, .costs = costs, .act = act, .limit = mem->max};
-    int rc = sweep(&in, kind, least, costs, &best, err);
+    int rc = sweep(&in, kind, least, &best, err);
     free(act);
     if (rc != 0) return -1;
     *out = best.plan;
