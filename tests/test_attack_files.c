@@ -457,8 +457,8 @@ Test(attack, links_at_every_temporary_name_are_not_followed) {
 
 /* A step folder of --checkpoint-dir that is a file: refused before the
  * job starts (it failed the job at its last step), the file as it was;
- * one of a step the job does not save, or not a step's name, is no
- * concern of it. */
+ * one of a step the job does not save (not one of its, before a resumed
+ * job's start), or not a step's name, is no concern of it. */
 Test(attack, a_checkpoint_step_folder_that_is_a_file_is_refused_before_the_job) {
     wipe();
     cr_assert_eq(mkdir(at("c"), 0755), 0);
@@ -475,6 +475,16 @@ Test(attack, a_checkpoint_step_folder_that_is_a_file_is_refused_before_the_job) 
     assert_same(&f0, &f1, "c/step_0");
     cr_assert_eq(unlink(at("c/step_0")), 0);
     cr_assert_eq(pprun("run " TIMED " --trace off --checkpoint-dir c"), 0, "%s", out);
+    /* a resumed job writes from its start on: what is before it is not its concern */
+    cr_assert_eq(pprun("run --model timed:f=1ms,b=1ms,w=1ms --steps 2 --nproc-per-node 2 --progress off --trace off "
+                       "--checkpoint-dir d --checkpoint-every 1"),
+                 0, "%s", out);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -r '%s' && echo mine > '%s'", at("d/step_0"), at("d/step_0"));
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(pprun("run --model timed:f=1ms,b=1ms,w=1ms --steps 3 --nproc-per-node 2 --progress off --trace off "
+                       "--checkpoint-dir d --checkpoint-every 1 --resume"),
+                 0, "%s", out);
 }
 
 /* ---- inputs ----------------------------------------------------------------- */

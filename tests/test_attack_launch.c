@@ -810,34 +810,45 @@ static void ring_path(const char *run, int attempt, int a, int b, char *path, si
 /* A killed launcher runs no cleanup after its attempt: the rings a rank
  * made for a peer that never attached (here planted: pairs the job does
  * not use, of its attempt and of the restart it may make) stayed in
- * /dev/shm, 528 KB each, until reboot. Its guard's salvage removes them;
- * another run's stays. */
+ * /dev/shm, 528 KB each, until reboot. Its guard's salvage removes them,
+ * on a node without the database too (here --trace off); another run's
+ * stays. */
 Test(attack_launch, a_killed_launchers_shared_memory_rings_are_removed_by_its_guard) {
-    char run[64], other[64], left[3][300];
-    snprintf(run, sizeof run, "shm-%d", (int)getpid());
-    snprintf(other, sizeof other, "shm-other-%d", (int)getpid());
-    ring_path(run, 0, 5, 6, left[0], sizeof left[0]);
-    ring_path(run, 1, 0, 1, left[1], sizeof left[1]);
-    ring_path(other, 0, 5, 6, left[2], sizeof left[2]);
-    for (int i = 0; i < 3; i++) {
-        int fd = open(left[i], O_CREAT | O_RDWR | O_CLOEXEC, 0600);
-        cr_assert(fd >= 0, "%s: %s", left[i], strerror(errno));
-        close(fd);
+    for (int traced = 1; traced >= 0; traced--) {
+        char run[64], other[64], left[3][300];
+        snprintf(run, sizeof run, "shm-%d-%d", (int)getpid(), traced);
+        snprintf(other, sizeof other, "shm-other-%d", (int)getpid());
+        ring_path(run, 0, 5, 6, left[0], sizeof left[0]);
+        ring_path(run, 1, 0, 1, left[1], sizeof left[1]);
+        ring_path(other, 0, 5, 6, left[2], sizeof left[2]);
+        for (int i = 0; i < 3; i++) {
+            int fd = open(left[i], O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+            cr_assert(fd >= 0, "%s: %s", left[i], strerror(errno));
+            close(fd);
+        }
+        const char *db = path_of("shm.db");
+        const char *args[] = {"run", "--nproc-per-node", "2", "--steps", "1000", "--model", TIMED, "--progress",
+                              "off", "--run-id", run, "--max-restarts", "1", "--db", db,
+                              "--trace", traced ? "on" : "off", NULL};
+        lt_proc p;
+        pid_t pids[3];
+        lt_start(&p, args, NULL);
+        if (traced) {
+            wait_running(&p, db, 2, 10, pids);
+            pids[2] = kill_launcher(&p, db);
+            assert_nothing_left(pids, 3, db, 10);
+        } else {
+            usleep(1500000); /* its ranks started */
+            pid_t guard = kill_launcher(&p, run);
+            cr_assert_gt(guard, 0, "no guard");
+            assert_nothing_left(&guard, 1, NULL, 10);
+        }
+        cr_assert_neq(access(left[0], F_OK), 0, "%s stays (traced %d)", left[0], traced);
+        cr_assert_neq(access(left[1], F_OK), 0, "%s stays (traced %d)", left[1], traced);
+        cr_assert_eq(access(left[2], F_OK), 0, "another run's ring was removed");
+        unlink(left[2]);
+        lt_free(&p);
     }
-    const char *db = path_of("shm.db");
-    const char *args[] = {"run", "--nproc-per-node", "2", "--steps", "1000", "--model", TIMED, "--progress", "off",
-                          "--run-id", run, "--max-restarts", "1", "--db", db, NULL};
-    lt_proc p;
-    pid_t pids[3];
-    lt_start(&p, args, NULL);
-    wait_running(&p, db, 2, 10, pids);
-    pids[2] = kill_launcher(&p, db);
-    assert_nothing_left(pids, 3, db, 10);
-    cr_assert_neq(access(left[0], F_OK), 0, "%s stays", left[0]);
-    cr_assert_neq(access(left[1], F_OK), 0, "%s stays", left[1]);
-    cr_assert_eq(access(left[2], F_OK), 0, "another run's ring was removed");
-    unlink(left[2]);
-    lt_free(&p);
 }
 
 /* Two nodes; node 1's launcher is killed while the job runs. Its guard

@@ -2,6 +2,8 @@
 #include "web/conn.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 int conn_fd(struct MHD_Connection *c) {
@@ -14,4 +16,11 @@ int conn_client_gone(int fd) {
     char b;
     ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+int conn_client_left(int fd, unsigned idle_ms) {
+    struct tcp_info ti;
+    socklen_t n = sizeof ti;
+    return conn_client_gone(fd) && getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &n) == 0 &&
+           ti.tcpi_last_data_recv >= idle_ms;
 }

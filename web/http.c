@@ -244,25 +244,22 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
-/* A route's own database work is watched: it ends at the server's stop,
- * when its client has gone, and (but for a trace export, minutes by
- * design) past the request time limit. SQLite checks nothing itself: a
- * file whose `plan` is a view over an endless recursive query held a
- * thread, and the server's stop, for good. */
-#define WATCH_PEEK_NS 100000000ull /* how often the client's socket is looked at */
+/* A route's own database work is watched: it ends at the server's stop
+ * and, on libmicrohttpd's threads (whose other connections wait for it),
+ * past the request time limit; on a pool's worker it may take longer (an
+ * analysis of a large job, a trace export: minutes by design). SQLite
+ * checks nothing itself: a file whose `plan` is a view over an endless
+ * recursive query held a thread, and the server's stop, for good. */
 typedef struct db_watch {
     http_server *s;
-    int fd;
-    uint64_t deadline, next_peek;
-    int why; /* 0, or what ended the work: 1 the stop, 2 the limit, 3 the client gone */
+    uint64_t deadline;
+    int why; /* 0, or what ended the work: 1 the stop, 2 the limit */
 } db_watch;
 
 static int db_watch_progress(void *arg) {
     db_watch *w = arg;
-    uint64_t now = pp_now_ns();
     if (atomic_load(&w->s->stopping)) w->why = 1;
-    else if (now >= w->deadline) w->why = 2;
-    else if (now >= w->next_peek && (w->next_peek = now + WATCH_PEEK_NS, conn_client_gone(w->fd))) w->why = 3;
+    else if (pp_now_ns() >= w->deadline) w->why = 2;
     return w->why;
 }
 
@@ -270,9 +267,8 @@ static int db_watch_progress(void *arg) {
  * q->job (a 404 in r when there is none). */
 static void run_with_db(route_req *q, unsigned flags, route_fn *fn, sqlite3 *db, reply *r) {
     unsigned limit_s = q->s->o.conn_timeout_s;
-    uint64_t now = pp_now_ns();
-    db_watch w = {q->s, conn_fd(q->c), flags & ROUTE_TRACE_POOL ? UINT64_MAX : now + (uint64_t)limit_s * 1000000000ull,
-                  now + WATCH_PEEK_NS, 0};
+    int pooled = (flags & (ROUTE_ANALYSIS_POOL | ROUTE_TRACE_POOL)) != 0;
+    db_watch w = {q->s, pooled ? UINT64_MAX : pp_now_ns() + (uint64_t)limit_s * 1000000000ull, 0};
     sqlite3_progress_handler(db, 10000, db_watch_progress, &w);
     q->db = db;
     if (!(flags & ROUTE_JOB) || routes_load_job(db, q->id, &q->job, r) == 0) fn(q, r);
@@ -285,7 +281,7 @@ static void run_with_db(route_req *q, unsigned flags, route_fn *fn, sqlite3 *db,
                             "job too large for it, or a file whose tables are not the ones pprun wrote",
                     q->url, limit_s);
     else
-        reply_error(r, 503, w.why == 1 ? "the server is stopping" : "the client has gone");
+        reply_error(r, 503, "the server is stopping");
 }
 
 /* On a pool's worker: the rest of a request its handler handed on. */
@@ -322,11 +318,11 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, reques
         return MHD_YES;
     }
     if (rt->flags & (ROUTE_DB | ROUTE_JOB)) {
-        /* A client that sent its request and closed (a burst of them
-         * queued behind the listener) gets no work done for it: each
-         * would hold a thread, and every other client, for the route's
-         * time */
-        if (conn_client_gone(conn_fd(c))) return atomic_fetch_add(&s->gone, 1), MHD_NO;
+        /* A client that sent its request and left a second or more ago
+         * (a burst of them queued behind the listener) gets no work done
+         * for it: each would hold a thread, and every other client, for
+         * the route's time */
+        if (conn_client_left(conn_fd(c), 1000)) return atomic_fetch_add(&s->gone, 1), MHD_NO;
         pp_err err;
         sqlite3 *db = dbpool_get(&s->pool, &err);
         if (!db) {

@@ -115,11 +115,10 @@ struct live_hub {
     pthread_t thread;
     int running, stop;    /* under mu */
     sqlite3 *db;          /* the hub thread's */
-    /* A tick's queries end at the hub's stop or past LIVE_TICK_MAX_NS
-     * (hub_progress): a file whose tables are views over endless queries
-     * held the hub, and the server's stop, for good. */
+    /* A tick's queries end at the hub's stop (hub_progress): a file whose
+     * tables are views over endless queries held the hub, and the
+     * server's stop, for good. What such a tick made is not sent. */
     atomic_int halt;
-    atomic_ullong tick_deadline;
     unsigned poll_ms, heartbeat_ms;
     live_sub *subs;       /* under mu; freed only by the hub thread (or live_free) */
     unsigned long long stalled; /* under mu: streams ended because their clients took nothing */
@@ -485,11 +484,9 @@ static int by_unsent(const void *a, const void *b) {
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
-#define LIVE_TICK_MAX_NS 10000000000ull
-
 static int hub_progress(void *arg) {
     live_hub *h = arg;
-    return atomic_load(&h->halt) || pp_now_ns() > atomic_load(&h->tick_deadline);
+    return atomic_load(&h->halt);
 }
 
 /* Polls streams in order until they have been given `room` bytes (the
@@ -600,12 +597,11 @@ static void *hub_main(void *arg) {
         size_t room = unsent < LIVE_UNSENT_MAX ? LIVE_UNSENT_MAX - unsent : 0;
         /* Only this thread frees streams, so the snapshot stays valid. */
         pthread_mutex_unlock(&h->mu);
-        atomic_store(&h->tick_deadline, pp_now_ns() + LIVE_TICK_MAX_NS);
         if (n > 0 && room > 0) run_tick(h, snap, n, room);
         pthread_mutex_lock(&h->mu);
         for (int i = 0; i < n; i++) {
             live_sub *s = snap[i].s;
-            if (s->stage.len && !s->gone && !s->ending) {
+            if (s->stage.len && !s->gone && !s->ending && !atomic_load(&h->halt)) {
                 if (s->out.len == s->off) s->took_ns = pp_now_ns(); /* it held nothing: its client is not behind */
                 if (s->off) { /* what was sent goes: a client that reads a little less than it is given
                                  would otherwise grow the buffer without end */

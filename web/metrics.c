@@ -59,10 +59,10 @@ static const metric server_metrics[SRV_NUMBERS] = {
     [SRV_SLOW_CLOSED] = {"pprun_http_slow_requests_closed_total", "counter",
                          "Connections closed because a request did not arrive whole within the timeout."},
     [SRV_GONE] = {"pprun_http_requests_gone_total", "counter",
-                  "Requests of the database routes not run: their client had closed the connection before their "
-                  "turn (the pools' waiting ones are answered 503)."},
+                  "Requests of the database routes not run: their client had sent them and closed the connection a "
+                  "second or more before their turn (the pools' waiting ones are answered 503)."},
     [SRV_HELD] = {"pprun_http_answer_bytes_held", "gauge",
-                  "Bytes of answers given to clients that have not read them yet (past 256 MiB: 503)."},
+                  "Bytes of answers given to clients that have not read them yet (past the bound, 256 MiB by default: 503)."},
     [SRV_LIVE] = {"pprun_live_streams", "gauge", "Open live (SSE) streams."},
     [SRV_LIVE_UNSENT] = {"pprun_live_unsent_bytes", "gauge",
                          "Bytes of live-stream messages their clients have not read yet, all streams (bounded: "

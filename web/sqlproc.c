@@ -256,10 +256,10 @@ static void spawner_reap(void) {
             }
 }
 
-/* One message of the server's socket into req; its descriptors in fds.
- * Returns its length, 0 at the socket's end, -1 (errno); *whole is 0 for
- * a message cut short (said on its line) or with other than three
- * descriptors (any that came closed). */
+/* One message of the server's socket into req; its first three
+ * descriptors in fds (any more closed). Returns its length, 0 at the
+ * socket's end, -1 (errno); *whole is 0 for a message cut short (said on
+ * its line) or with fewer than three descriptors (those that came closed). */
 static ssize_t spawner_recv(int sock, char *req, size_t cap, int fds[3], int *whole) {
     net_fds_buf ctl;
     struct iovec iov = {req, cap};

@@ -48,20 +48,44 @@ void comm_job_key(const char *run_id, int attempt, char *buf, size_t cap) {
     snprintf(buf, cap, "%s-a%d", run_id, attempt);
 }
 
-void comm_cleanup(const char *job_key) {
-    if (!job_key) return;
-    uint64_t hash = pp_hash_str(job_key);
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Removes the names in /dev/shm of the job keys whose hashes are
+ * hash[0..n) (sorted): one read of the folder. */
+static void cleanup_hashes(const uint64_t *hash, size_t n) {
     DIR *d = opendir("/dev/shm"); /* where glibc's shm_open keeps its names */
-    const size_t n = sizeof COMM_SHM_PREFIX - 1;
+    const size_t k = sizeof COMM_SHM_PREFIX - 1;
     for (struct dirent *e; d && (e = readdir(d));) {
-        if (strncmp(e->d_name, COMM_SHM_PREFIX, n) != 0 || strlen(e->d_name) <= n + 16 || e->d_name[n + 16] != '-' ||
-            strtoull(e->d_name + n, NULL, 16) != hash)
+        const char *hex = e->d_name + k;
+        if (strncmp(e->d_name, COMM_SHM_PREFIX, k) != 0 || strspn(hex, "0123456789abcdef") != 16 || hex[16] != '-')
             continue;
+        uint64_t h = strtoull(hex, NULL, 16);
+        if (!bsearch(&h, hash, n, sizeof h, cmp_u64)) continue;
         char name[sizeof e->d_name + 1];
         snprintf(name, sizeof name, "/%s", e->d_name);
         shm_unlink(name);
     }
     if (d) closedir(d);
+}
+
+void comm_cleanup(const char *job_key) {
+    if (!job_key) return;
+    uint64_t hash = pp_hash_str(job_key);
+    cleanup_hashes(&hash, 1);
+}
+
+void comm_cleanup_run(const char *run_id, int attempts) {
+    uint64_t *hash = run_id && attempts > 0 ? malloc(sizeof *hash * (size_t)attempts) : NULL;
+    for (int a = 0; hash && a < attempts; a++) {
+        char key[192];
+        comm_job_key(run_id, a, key, sizeof key);
+        hash[a] = pp_hash_str(key);
+    }
+    if (hash) qsort(hash, (size_t)attempts, sizeof *hash, cmp_u64), cleanup_hashes(hash, (size_t)attempts);
+    free(hash);
 }
 
 /* ---- reader side --------------------------------------------------------- */

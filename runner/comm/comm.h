@@ -103,6 +103,9 @@ void comm_job_key(const char *run_id, int attempt, char *buf, size_t cap);
  * million unlink calls at 1,024 ranks, each launcher, each attempt). Safe
  * once nobody of the attempt still needs to attach. */
 void comm_cleanup(const char *job_key);
+/* comm_cleanup for attempts 0 .. attempts-1 of run `run_id`, in one read
+ * of /dev/shm: a killed launcher's guard does not know which it reached. */
+void comm_cleanup_run(const char *run_id, int attempts);
 
 /* Store key under which rank publishes its endpoint ("pid=.. node=.. host=..
  * port=..") at comm_open: "comm/<job_key>/ep/<rank>". */

@@ -80,8 +80,8 @@ static int check_output_folders(const run_job *job, pp_err *err) {
     if (there < 0) return -1;
     there = cfg->checkpoint_dir[0] ? check_folder("--checkpoint-dir", cfg->checkpoint_dir, err) : 0;
     if (there > 0 && (check_in_folder("--checkpoint-dir", cfg->checkpoint_dir, "latest", err) != 0 ||
-                      checkpoint_dir_check_steps(cfg->checkpoint_dir, cfg->steps, cfg->checkpoint_every,
-                                                 job->plan->stages, err) != 0))
+                      checkpoint_dir_check_steps(cfg->checkpoint_dir, job->progress_next, cfg->steps,
+                                                 cfg->checkpoint_every, job->plan->stages, err) != 0))
         return -1;
     return there < 0 ? -1 : 0;
 }
@@ -395,9 +395,9 @@ static int check_worker_job(run_job *job, int world, pp_err *err) {
                            job->plan->stages - 1);
     if (check_fail_at(job, world, err) != 0) return -1;
     if (cfg->metrics[0] && file_output_check(cfg->metrics, "--metrics", err) != 0) return -1;
-    if (check_output_folders(job, err) != 0) return -1;
-    if (cfg->init_from[0]) return check_init_from(job, err);
-    return cfg->resume ? check_resume(job, err) : 0;
+    /* the start first: the step folders checked are those from it on */
+    if (cfg->init_from[0] ? check_init_from(job, err) != 0 : cfg->resume && check_resume(job, err) != 0) return -1;
+    return check_output_folders(job, err);
 }
 
 /* --pp P --dp D without --nproc-per-node set the ranks themselves, P x D

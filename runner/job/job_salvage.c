@@ -54,16 +54,25 @@ static void tell_will(run_job *job, const job_outcome *end) {
         return;
     }
     exe[n] = '\0';
-    if (!realpath(job->cfg.db, db_path)) snprintf(db_path, sizeof db_path, "%s", job->cfg.db);
-    net_host_name(host, sizeof host);
     will_add(&w, exe);
     will_add(&w, "salvage");
+    will_add(&w, "--run-id"); /* its row's name: a file replaced since holds another job 1 */
+    will_add(&w, job->lo.run_id);
+    will_add(&w, "--attempts"); /* whose shared-memory rings may be left */
+    will_addf(&w, "%ld", (long)job->lo.max_restarts + 1);
+    if (!job->db) { /* another node's launcher, or --trace off: the rings alone */
+        w.argv[w.n] = NULL;
+        if (launch_guard_will(job->guard, w.argv, NULL, 0, &err) != 0)
+            fprintf(stderr, "pprun run: %s; if this launcher is killed, its shared-memory rings stay in /dev/shm\n",
+                    err.msg);
+        return;
+    }
+    if (!realpath(job->cfg.db, db_path)) snprintf(db_path, sizeof db_path, "%s", job->cfg.db);
+    net_host_name(host, sizeof host);
     will_add(&w, "--db");
     will_add(&w, db_path);
     will_add(&w, "--job");
     will_addf(&w, "%ld", (long)job->job_id);
-    will_add(&w, "--run-id"); /* its row's name: a file replaced since holds another job 1 */
-    will_add(&w, job->lo.run_id);
     will_add(&w, "--launcher");
     will_addf(&w, "%ld", (long)getpid());
     will_add(&w, "--host");
@@ -72,8 +81,6 @@ static void tell_will(run_job *job, const job_outcome *end) {
     will_addf(&w, "%ld", (long)job->plan->ranks * (job->cfg.dp > 0 ? job->cfg.dp : 1)); /* every replica's ranks */
     will_add(&w, "--steps"); /* the collector's bound: 0, none, for a program's job */
     will_addf(&w, "%ld", (long)job_step_bound(job));
-    will_add(&w, "--attempts"); /* whose shared-memory objects may be left */
-    will_addf(&w, "%ld", (long)job->lo.max_restarts + 1);
     int fds[LAUNCH_MAX_NPROC], nfds = 0;
     for (int l = 0; job->rings && l < job->lo.nproc_per_node && job->rings[l]; l++)
         fds[nfds++] = trace_ring_fd(job->rings[l]);
@@ -104,11 +111,11 @@ void job_salvage_arm(run_job *job) {
         fprintf(stderr, "pprun run: %s; the job runs without a guard\n", err.msg);
         return;
     }
-    if (job->db) tell_will(job, NULL);
+    tell_will(job, NULL);
 }
 
 void job_salvage_update(run_job *job, const job_outcome *end) {
-    if (job->guard && job->db) tell_will(job, end);
+    if (job->guard && job->db) tell_will(job, end); /* without a database the will stays the rings alone */
 }
 
 void job_salvage_disarm(run_job *job) {
@@ -145,9 +152,11 @@ static int parse(int argc, char **argv, salvage *s, pp_err *err) {
         else if (!strcmp(opt, "--failure")) s->failure = val;
         else if (!num) return pp_fail(err, "unknown option '%s'", opt);
     }
-    if (!s->db || !s->run_id || !s->host || s->job < 1 || s->launcher < 1 || s->world_size < 1 || s->steps < 0 ||
-        s->rings < 0 || s->rings > LAUNCH_MAX_NPROC || s->first_rank < 0 || s->first_rank + s->rings > s->world_size)
-        return pp_fail(err, "needs --db, --run-id, --host, --job, --launcher, --world-size and --steps; --rings and "
+    if (!s->run_id || (!s->db && s->attempts < 1))
+        return pp_fail(err, "needs --run-id, and --db or --attempts (what to salvage)");
+    if (s->db && (!s->host || s->job < 1 || s->launcher < 1 || s->world_size < 1 || s->steps < 0 || s->rings < 0 ||
+                  s->rings > LAUNCH_MAX_NPROC || s->first_rank < 0 || s->first_rank + s->rings > s->world_size))
+        return pp_fail(err, "--db needs --host, --job, --launcher, --world-size and --steps; --rings and "
                             "--first-rank within the world");
     return 0;
 }
@@ -232,8 +241,8 @@ int job_salvage_main(int argc, char **argv) {
     if (parse(argc, argv, &s, &err) != 0) return 2;
     /* a file that is gone (deleted while the job ran) is not made again */
     struct stat st;
-    int rc = stat(s.db, &st) != 0 || !S_ISREG(st.st_mode) || db_open(s.db, &d, &err) != 0 ? 2 : 0;
-    if (rc == 0 && still_running(d, s.job, s.run_id)) {
+    int rc = s.db && (stat(s.db, &st) != 0 || !S_ISREG(st.st_mode) || db_open(s.db, &d, &err) != 0) ? 2 : 0;
+    if (d && still_running(d, s.job, s.run_id)) {
         pp_err derr, ring_fault = {.msg = ""}, stored = {.msg = ""};
         char failure[2048];
         /* what it could not store is lost, said in the failure; the end still goes in */
@@ -246,10 +255,6 @@ int job_salvage_main(int argc, char **argv) {
     for (long i = 0; i < s.rings; i++) close(SALVAGE_FIRST_FD + (int)i);
     /* its ranks are gone (the guard killed them before it ran this): the
      * rings of pairs whose peer never attached, which nobody else removes */
-    for (long a = 0; a < s.attempts && a < 100000; a++) {
-        char key[192];
-        comm_job_key(s.run_id, (int)a, key, sizeof key);
-        comm_cleanup(key);
-    }
+    comm_cleanup_run(s.run_id, s.attempts > INT_MAX ? INT_MAX : (int)s.attempts);
     return rc;
 }

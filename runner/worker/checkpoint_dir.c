@@ -123,16 +123,18 @@ static int numbered(const char *name, const char *prefix, const char *suffix) {
 static int is_latest(const char *name) { return strcmp(name, "latest") == 0; }
 static int is_stage_file(const char *name) { return numbered(name, "stage_", ".ckpt"); }
 
-int checkpoint_dir_check_steps(const char *dir, int steps, int every, int stages, pp_err *err) {
+int checkpoint_dir_check_steps(const char *dir, int first, int steps, int every, int stages, pp_err *err) {
     DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? 0 : pp_fail(err, "--checkpoint-dir %s: cannot read the folder: %s", dir, strerror(errno));
+    if (!d)
+        return errno == ENOENT ? 0
+                               : pp_fail(err, "--checkpoint-dir %s: cannot read the folder: %s", dir, strerror(errno));
     int rc = 0;
     for (struct dirent *e; rc == 0 && (e = readdir(d));) {
         if (!numbered(e->d_name, "step_", "") || strlen(e->d_name) > 13) continue; /* step_ and an int */
         long step = strtol(e->d_name + 5, NULL, 10);
         char path[1024];
         checkpoint_dir_step_path(dir, (int)step, path, sizeof path);
-        if (step >= steps || !((every && (step + 1) % every == 0) || step == steps - 1) ||
+        if (step < first || step >= steps || !((every && (step + 1) % every == 0) || step == steps - 1) ||
             strcmp(strrchr(path, '/') + 1, e->d_name) != 0) /* step_01 is no step's */
             continue;
         struct stat st;

@@ -47,13 +47,14 @@ int checkpoint_dir_start(const run_config *cfg, const char *run_id, model_ckpt *
 int checkpoint_dir_mark_latest(const char *dir, int step, const char *run_id, pp_err *err);
 
 /* Before a job starts: the folders of DIR the job will save steps into
- * (steps of --steps `steps`, every `every`-th and the last) that are there
- * already must be folders (a link to one, as mkdir takes it), and each
+ * (steps first .. steps-1, the job's start on: every `every`-th and the
+ * last) that are there already must be folders (a link to one, as mkdir
+ * takes it), and each
  * stage file of its `stages` in them absent or a regular file, as the
  * ranks will write them (file_output_begin). A step folder not there yet
  * is made by the ranks. Read through DIR's entries, not step by step. 0,
  * or -1 with err naming the path and what it is. */
-int checkpoint_dir_check_steps(const char *dir, int steps, int every, int stages, pp_err *err);
+int checkpoint_dir_check_steps(const char *dir, int first, int steps, int every, int stages, pp_err *err);
 
 /* The temporary files of checkpoints whose writers died before they
  * renamed them into place (file_output_sweep: a rank SIGKILLed, or torn
