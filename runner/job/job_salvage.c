@@ -56,7 +56,7 @@ static void tell_will(run_job *job, const job_outcome *end) {
     exe[n] = '\0';
     will_add(&w, exe);
     will_add(&w, "salvage");
-    will_add(&w, "--run-id"); /* its row's name: a file replaced since holds another job 1 */
+    will_add(&w, "--run-id"); /* its row's name (a file replaced since holds another job 1), its rings' key */
     will_add(&w, job->lo.run_id);
     will_add(&w, "--attempts"); /* whose shared-memory rings may be left */
     will_addf(&w, "%ld", (long)job->lo.max_restarts + 1);
