@@ -571,6 +571,34 @@ static int run_salvage(const char *path, int64_t job, pid_t launcher, int ring_f
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* `pprun salvage` with what a will never holds is refused (exit 2) and
+ * touches nothing: without --db a run id and attempts are needed, and
+ * attempts past what --max-restarts allows (a count it would have read
+ * /dev/shm for, or hashed, billions of times) are refused. A will of the
+ * rings alone (another node's, or --trace off) runs. */
+Test(trace_collector, salvage_refuses_a_will_it_cannot_carry_out) {
+    static const char *const bad[][5] = {
+        {"--run-id", "r", NULL},
+        {"--attempts", "1", NULL},
+        {"--run-id", "r", "--attempts", "1000002"},
+        {"--run-id", "r", "--attempts", "99999999999999999999"},
+        {"--run-id", "r", "--attempts", "x"},
+        {"--run-id", "r", "--attempts", NULL},
+    };
+    for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
+        int good = i == sizeof bad / sizeof bad[0];
+        pid_t p = fork();
+        if (p == 0) {
+            if (good) execl(PPRUN_BIN, PPRUN_BIN, "salvage", "--run-id", "r", "--attempts", "3", (char *)NULL);
+            else execl(PPRUN_BIN, PPRUN_BIN, "salvage", bad[i][0], bad[i][1], bad[i][2], bad[i][3], (char *)NULL);
+            _exit(6);
+        }
+        int st;
+        waitpid(p, &st, 0);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == (good ? 0 : 2), "case %zu: status %d", i, st);
+    }
+}
+
 /* A launcher SIGKILLed at any moment, its collector holding records it
  * read from a ring but had not stored, or had stored but not given back to
  * the ring: `pprun salvage` (what the launcher's guard runs) stores every

@@ -154,6 +154,8 @@ static int parse(int argc, char **argv, salvage *s, pp_err *err) {
     }
     if (!s->run_id || (!s->db && s->attempts < 1))
         return pp_fail(err, "needs --run-id, and --db or --attempts (what to salvage)");
+    if (s->attempts > LAUNCH_MAX_RESTARTS + 1)
+        return pp_fail(err, "--attempts %ld: a job makes at most %d", s->attempts, LAUNCH_MAX_RESTARTS + 1);
     if (s->db && (!s->host || s->job < 1 || s->launcher < 1 || s->world_size < 1 || s->steps < 0 || s->rings < 0 ||
                   s->rings > LAUNCH_MAX_NPROC || s->first_rank < 0 || s->first_rank + s->rings > s->world_size))
         return pp_fail(err, "--db needs --host, --job, --launcher, --world-size and --steps; --rings and "
@@ -255,6 +257,6 @@ int job_salvage_main(int argc, char **argv) {
     for (long i = 0; i < s.rings; i++) close(SALVAGE_FIRST_FD + (int)i);
     /* its ranks are gone (the guard killed them before it ran this): the
      * rings of pairs whose peer never attached, which nobody else removes */
-    comm_cleanup_run(s.run_id, s.attempts > INT_MAX ? INT_MAX : (int)s.attempts);
+    comm_cleanup_run(s.run_id, (int)s.attempts);
     return rc;
 }

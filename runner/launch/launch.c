@@ -562,7 +562,7 @@ static int take_published(job *j, const char *key, const char *what, long lo, lo
  * differs refuses to join, naming the option. */
 static int agree_on_restarts(job *j, pp_err *err) {
     long theirs;
-    if (take_published(j, "pprun/max_restarts", "--max-restarts", 0, 1000000, &theirs, err) != 0) return -1;
+    if (take_published(j, "pprun/max_restarts", "--max-restarts", 0, LAUNCH_MAX_RESTARTS, &theirs, err) != 0) return -1;
     if (theirs == j->c.o->max_restarts) return 0;
     pp_fail(err, "this node has --max-restarts %d, node rank 0 has --max-restarts %ld: start every node with the same "
                  "--max-restarts (the nodes restart together)",

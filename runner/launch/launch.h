@@ -35,6 +35,7 @@
 #include "base/token.h"
 
 #define LAUNCH_MAX_NPROC 1024
+#define LAUNCH_MAX_RESTARTS 1000000 /* --max-restarts */
 #define LAUNCH_MAX_NNODES 4096
 /* The stderr lines kept of each rank for its failure: enough for a
  * Python exception raised from another (PyTorch's stage errors wrap the

@@ -481,7 +481,7 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
         if (set_master_port(o, name, val, err) != 0) return -1;
         cl->port_opt = o->master_port;
         return 0;
-    case OPT_MAX_RESTARTS: return set_int(o, name, val, 0, 1000000, &o->max_restarts, 0, err);
+    case OPT_MAX_RESTARTS: return set_int(o, name, val, 0, LAUNCH_MAX_RESTARTS, &o->max_restarts, 0, err);
     case OPT_MONITOR:
         if (pp_parse_seconds_ns(val, name, &o->monitor_interval_ns, err) != 0) return -1;
         if (o->monitor_interval_ns < 1000000 || o->monitor_interval_ns > 60000000000ull)
