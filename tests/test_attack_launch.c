@@ -38,6 +38,7 @@
 #include "helpers/web_client.h"
 #include "launch_testutil.h"
 #include "runner/comm/comm.h"
+#include "runner/comm/comm_int.h" /* comm_shm_name: the ring files to plant */
 #include "runner/job/job_blame.h"
 #include "runner/store/store.h"
 #include "tracer/ring.h"
@@ -799,12 +800,13 @@ Test(attack_launch, a_killed_launchers_guard_records_only_into_its_own_job, .tim
     lt_free(&a);
 }
 
-/* The name of pair (a, b)'s ring of attempt `attempt` of run `run` in
- * /dev/shm (runner/comm/comm_shm.c names them so). */
+/* The file of pair (a, b)'s ring of attempt `attempt` of run `run` in
+ * /dev/shm. */
 static void ring_path(const char *run, int attempt, int a, int b, char *path, size_t n) {
-    char key[192];
+    char key[192], name[128];
     comm_job_key(run, attempt, key, sizeof key);
-    snprintf(path, n, "/dev/shm/pprun-%016llx-%d-%d", (unsigned long long)pp_hash_str(key), a, b);
+    comm_shm_name(pp_hash_str(key), a, b, name, sizeof name);
+    snprintf(path, n, "/dev/shm%s", name);
 }
 
 /* A killed launcher runs no cleanup after its attempt: the rings a rank
